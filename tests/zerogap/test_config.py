@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerogap.config import ConfigError, load_config, parse_config
+from zerogap.config.loader import field_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_config_loads_with_key_from_env() -> None:
+    config = load_config(REPO / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    assert config.server.api_key == "sk-test"
+    assert config.server.port == 8000
+    pool = config.pool()
+    assert [b.url for b in pool] == ["http://127.0.0.1:8100"]
+    assert pool[0].model == "tiny-llama"
+
+
+def test_missing_env_var_names_file_field_and_fix() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(REPO / "config.toml", env={})
+    message = str(info.value)
+    assert "config.toml" in message and "[server].api_key" in message
+    assert "export TAOTOKEN_API_KEY" in message
+
+
+def test_missing_env_var_tolerated_when_not_strict() -> None:
+    config = load_config(REPO / "config.toml", env={}, strict_env=False)
+    assert config.server.api_key == ""
+
+
+def test_env_default_syntax() -> None:
+    config = parse_config('[server]\napi_key = "${K:-fallback}"', env={})
+    assert config.server.api_key == "fallback"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[server]\nport = 0", "[server].port"),
+        ("[server]\nbogus = 1", "[server].bogus: unknown key"),
+        ("[nosuch]\na = 1", "[nosuch]: unknown key"),
+        ('[gateway]\nrouting = "random"', "[gateway].routing"),
+        ('[[backends]]\nname = "a"\nurl = "not a url"\nmodel = "m"', "[[backends]][0].url"),
+        ('[[backends]]\nname = "a"\nurl = "http://x:1"', "[[backends]][0].model: required"),
+        ("[scheduler]\nmax_num_seqs = -1", "[scheduler].max_num_seqs"),
+        ("[server\n", "not valid TOML"),
+    ],
+)
+def test_bad_values_name_the_field(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, source="my.toml", env={})
+    assert str(info.value).startswith("my.toml:")
+    assert expected in str(info.value)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config("/nonexistent/config.toml")
+
+
+def test_backends_listed_replace_engine_replicas() -> None:
+    text = """
+[engine]
+model = "m"
+replicas = 3
+base_port = 9000
+[[backends]]
+name = "gpu0"
+url = "http://127.0.0.1:8100/"
+model = "llama"
+"""
+    config = parse_config(text, env={})
+    assert [b.url for b in config.pool()] == ["http://127.0.0.1:8100"]
+    assert [b.url for b in config.engine_replicas()] == [
+        "http://127.0.0.1:9000",
+        "http://127.0.0.1:9001",
+        "http://127.0.0.1:9002",
+    ]
+
+
+def test_field_path() -> None:
+    assert field_path(("server", "port")) == "[server].port"
+    assert field_path(("backends", 1, "url")) == "[[backends]][1].url"
+    assert field_path(()) == "(top level)"

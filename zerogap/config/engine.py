@@ -1,0 +1,45 @@
+"""[engine], [scheduler], [token_interval]: the engines `zerogap backends up` starts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from zerogap.config.gateway import Section
+
+
+class EngineSection(Section):
+    model: str = Field("", description="model path or name the engine loads")
+    served_model_name: str | None = Field(None, description="the name clients ask for; default: model")
+    replicas: int = Field(1, ge=1, le=64)
+    base_port: int = Field(8100, ge=1, le=65535)
+    host: str = "127.0.0.1"
+    python: str | None = Field(
+        None, description="interpreter that has vLLM; default ZEROGAP_VLLM_PYTHON, then this one"
+    )
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    dtype: Literal["auto", "float16", "bfloat16", "float32", "half", "float"] = "auto"
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=16)
+    extra_args: list[str] = Field(default_factory=list, description="passed to vLLM as they are")
+
+    def client_model_name(self) -> str:
+        return self.served_model_name or self.model
+
+
+class SchedulerSection(Section):
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=16)
+    enable_chunked_prefill: bool = True
+    scheduler_policy: Literal["fcfs", "priority"] = "fcfs"
+
+
+class TokenIntervalSection(Section):
+    """The three fixes of the source article for the CPU time between GPU steps."""
+
+    async_scheduling: bool = True
+    detokenizer_async: bool = True
+    slot_reuse: bool = True
+    api_server_count: int = Field(1, ge=1)

@@ -1,0 +1,57 @@
+"""[server], [gateway] and [[backends]]: what the gateway needs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ServerSection(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    api_key: str = Field("", description="the unified key clients send as Bearer; may be ${TAOTOKEN_API_KEY}")
+    base_url: str = Field("http://127.0.0.1:8000/api", description="clients call {base_url}/v1/...")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        HttpUrl(value)  # raises with a clear message on a bad URL
+        return value
+
+
+class GatewaySection(Section):
+    routing: Literal["least_load", "round_robin"] = "least_load"
+    key_store: str = Field(
+        "zerogap-keys.db", description="SQLite file of virtual keys and usage; relative to config.toml"
+    )
+    connect_timeout_s: float = Field(5.0, gt=0)
+    first_byte_timeout_s: float = Field(600.0, gt=0)
+    idle_timeout_s: float = Field(300.0, gt=0, description="longest gap between two upstream chunks")
+    keepalive_interval_s: float = Field(10.0, gt=0, description="SSE comment while the first token is on its way")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_retries: int = Field(2, ge=0, le=10)
+    health_interval_s: float = Field(2.0, gt=0)
+    load_scrape_interval_s: float = Field(1.0, gt=0)
+    key_refresh_interval_s: float = Field(0.5, gt=0)
+    usage_flush_interval_s: float = Field(1.0, gt=0)
+    max_connections_per_backend: int = Field(0, ge=0, description="0 = unlimited")
+
+
+class BackendEntry(Section):
+    name: str = Field(min_length=1)
+    url: str
+    model: str = Field(min_length=1, description="the name clients ask for")
+    api_key: str | None = Field(None, description="sent upstream instead of the client's key")
+    upstream_model: str | None = Field(None, description="the name the backend serves, if it differs")
+    weight: int = Field(1, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        HttpUrl(value)
+        return value.rstrip("/")

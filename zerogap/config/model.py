@@ -1,0 +1,69 @@
+"""The root of config.toml and what is derived from it (the gateway's pool)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PrivateAttr
+
+from zerogap.config.engine import EngineSection, SchedulerSection, TokenIntervalSection
+from zerogap.config.gateway import BackendEntry, GatewaySection, Section, ServerSection
+from zerogap.config.sim import SimSection
+
+
+class LoggingSection(Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+    access_log: bool = False
+
+
+class Config(Section):
+    server: ServerSection = Field(default_factory=ServerSection)
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    backends: list[BackendEntry] = Field(default_factory=list)
+    engine: EngineSection = Field(default_factory=EngineSection)
+    scheduler: SchedulerSection = Field(default_factory=SchedulerSection)
+    token_interval: TokenIntervalSection = Field(default_factory=TokenIntervalSection)
+    sim: SimSection = Field(default_factory=SimSection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+
+    _source: str = PrivateAttr("config.toml")
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @source.setter
+    def source(self, value: str) -> None:
+        self._source = value
+
+    @property
+    def base_dir(self) -> Path:
+        return self._base_dir
+
+    @base_dir.setter
+    def base_dir(self, value: Path) -> None:
+        self._base_dir = value
+
+    def resolve_path(self, value: str) -> Path:
+        """A path from the file, relative to the file's folder."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.base_dir / path
+
+    def engine_replicas(self) -> list[BackendEntry]:
+        """The backends `zerogap backends up` starts: replica i listens on base_port + i."""
+        name = self.engine.client_model_name() or "model"
+        return [
+            BackendEntry(
+                name=f"replica{i}",
+                url=f"http://{self.engine.host}:{self.engine.base_port + i}",
+                model=name,
+            )
+            for i in range(self.engine.replicas)
+        ]
+
+    def pool(self) -> list[BackendEntry]:
+        """The gateway's pool: the [[backends]] listed, else the engine's replicas."""
+        return list(self.backends) if self.backends else self.engine_replicas()
