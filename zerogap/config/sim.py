@@ -1,5 +1,10 @@
 """[sim]: the simulated engine's cost model (only the forward and the token interval
-are modelled). Owned by backends/sim; see backends/sim/README.md for the model."""
+are modelled). Owned by backends/sim; see backends/sim/README.md for the model.
+
+Defaults are calibrated to the source article: at 256 concurrent decodes the baseline
+(synchronous, global reschedule) has forward ~= interval ~= 35 ms; slot reuse cuts
+the interval to ~14 ms; async scheduling hides it behind the forward.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,27 @@ from zerogap.config.gateway import Section
 
 
 class SimSection(Section):
-    time_scale: float = Field(1.0, gt=0, description="multiplies every modelled time")
+    time_scale: float = Field(1.0, gt=0, description="multiplies every modelled time (10 = ten times slower)")
+    # forward = fixed + per decoding sequence + per prefill token
     forward_fixed_ms: float = Field(5.0, ge=0)
-    forward_per_seq_ms: float = Field(0.117, ge=0)
+    forward_per_seq_ms: float = Field(0.117, ge=0, description="per decoding sequence")
     forward_per_prefill_token_ms: float = Field(0.01, ge=0)
+    # interval = fixed + per sequence (outputs) + per rescheduled sequence + per sequence detokenized in-process
     interval_fixed_ms: float = Field(3.0, ge=0)
-    interval_per_seq_ms: float = Field(0.125, ge=0)
+    interval_per_seq_ms: float = Field(0.043, ge=0, description="append token, stop checks, stream: every seq")
+    interval_schedule_per_seq_ms: float = Field(
+        0.082, ge=0, description="schedule + prepare inputs, per seq rescheduled (all with no slot reuse)"
+    )
+    interval_detokenize_per_seq_ms: float = Field(
+        0.0152, ge=0, description="detokenize in the engine process (only when detokenizer_async is off)"
+    )
+    async_overhead_ms: float = Field(0.5, ge=0, description="the part of a step async scheduling cannot hide")
     kv_cache_blocks: int = Field(16384, ge=1)
     block_size: int = Field(16, ge=1)
-    max_model_len: int = Field(8192, ge=16)
+    enable_prefix_caching: bool = True
+    max_model_len: int | None = Field(None, ge=16, description="default: [engine].max_model_len, else 8192")
+    eos_probability: float = Field(
+        0.0, ge=0, lt=1, description="chance per token of an early EOS (requests without ignore_eos)"
+    )
+    metrics_window_s: float = Field(5.0, gt=0, description="window of zerogap_sim_gpu_busy_ratio (wall time)")
     seed: int = 0

@@ -1,0 +1,115 @@
+"""The real-time step loop on asyncio.
+
+Each step is planned at its start (schedule + cost model), then the loop sleeps until
+the modelled end of the step and applies it: tokens go to their requests' sinks. The
+next step is scheduled from the modelled boundary (no drift), so the step-loop lag
+(actual minus scheduled step start) measures whether this process keeps up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from backends.sim.core import EngineCore, StepPlan
+from backends.sim.metrics import SimMetrics
+from backends.sim.scheduler import TokenEvent
+from backends.sim.sequence import Sequence
+from backends.sim.settings import SimSettings
+from backends.sim.stream import TokenSink
+from backends.sim.window import BusyWindow, LagRecorder
+
+now_s = time.monotonic
+
+
+class RealtimeEngine:
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
+        self.core = EngineCore(settings)
+        self.sinks: dict[int, TokenSink] = {}
+        self.window = BusyWindow(settings.cost.metrics_window_s, now_s())
+        self.lag = LagRecorder()
+        self.metrics = SimMetrics(settings.model, self)
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-step-loop")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for sink in self.sinks.values():
+            sink.close("abort")
+        self.sinks.clear()
+
+    def submit(self, seq: Sequence) -> TokenSink:
+        sink = TokenSink(seq)
+        self.sinks[seq.seq_id] = sink
+        self.core.add(seq)
+        self._wakeup.set()
+        return sink
+
+    def abort(self, seq: Sequence) -> None:
+        """The client went away: free the slot and the blocks now."""
+        if not seq.finished:
+            self.core.abort(seq)
+            self.metrics.on_abort()
+        sink = self.sinks.pop(seq.seq_id, None)
+        if sink is not None:
+            sink.close("abort")
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        while True:
+            plan = self.core.plan()
+            if plan is None:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            target = now_s()
+            while plan is not None:
+                target += plan.cost.duration_s
+                await _sleep_until(target)
+                actual = now_s()
+                self.lag.record(actual - target)
+                self._apply(plan, actual)
+                plan = self.core.plan()
+
+    def _apply(self, plan: StepPlan, t: float) -> None:
+        cost = plan.cost
+        self.window.add(t, cost.forward_s, cost.interval_s)
+        self.metrics.on_step(plan.batch.num_tokens)
+        events = self.core.finish(plan)
+        self._deliver(events, t)
+
+    def _deliver(self, events: list[TokenEvent], t: float) -> None:
+        sinks = self.sinks
+        metrics = self.metrics
+        for event in events:
+            seq = event.seq
+            sink = sinks.get(seq.seq_id)
+            if sink is None:
+                continue
+            if sink.first_token_s is None:
+                sink.first_token_s = t
+                metrics.on_first_token(t - seq.arrival_s, seq.num_prompt_tokens)
+            else:
+                metrics.on_token(t - sink.last_token_s)
+            sink.last_token_s = t
+            if event.finished:
+                del sinks[seq.seq_id]
+                metrics.on_finish(t - seq.arrival_s, seq.finish_reason or "stop")
+            sink.push(event.token, seq.finish_reason if event.finished else None)
+        metrics.generation_tokens += len(events)
+
+
+async def _sleep_until(target_s: float) -> None:
+    delay = target_s - now_s()
+    if delay > 0:
+        await asyncio.sleep(delay)

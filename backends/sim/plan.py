@@ -1,0 +1,97 @@
+"""`zerogap sim plan`: a stepped load plan in virtual time, summarised per step."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from backends.sim.settings import SimSettings
+from backends.sim.virtual import VirtualRun, closed_loop
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    mode: str
+    concurrency: int
+    output_tps: float
+    rps: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_mean_s: float
+    gpu_busy: float
+    interval_ms: float
+    forward_ms: float
+    step_ms: float
+    batch_mean: float
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def summarise(run: VirtualRun, mode: str, concurrency: int, start_s: float, end_s: float) -> StepSummary:
+    """Measure the window [start_s, end_s] of a virtual run."""
+    span = max(end_s - start_s, 1e-9)
+    steps = [s for s in run.steps if start_s < s.end_s <= end_s]
+    ttfts = [r.ttft_s for r in run.requests if r.first_token_s is not None and start_s < r.first_token_s <= end_s]
+    tpots = [r.tpot_s for r in run.requests if r.finish_s is not None and start_s < r.finish_s <= end_s]
+    done = sum(1 for r in run.requests if r.finish_s is not None and start_s < r.finish_s <= end_s)
+
+    def mean(values: list[float]) -> float:
+        return float(np.mean(values)) if values else 0.0
+
+    ttft_arr = np.asarray([t for t in ttfts if t is not None]) if ttfts else np.zeros(1)
+    return StepSummary(
+        mode=mode,
+        concurrency=concurrency,
+        output_tps=sum(s.num_new_tokens for s in steps) / span,
+        rps=done / span,
+        ttft_p50_s=float(np.percentile(ttft_arr, 50)),
+        ttft_p99_s=float(np.percentile(ttft_arr, 99)),
+        tpot_mean_s=mean([t for t in tpots if t is not None]),
+        gpu_busy=sum(s.forward_s for s in steps) / span,
+        interval_ms=1000 * mean([s.interval_s for s in steps]),
+        forward_ms=1000 * mean([s.forward_s for s in steps]),
+        step_ms=1000 * mean([s.duration_s for s in steps]),
+        batch_mean=mean([float(s.num_seqs) for s in steps]),
+    )
+
+
+def run_plan(
+    settings: SimSettings,
+    concurrencies: list[int],
+    prompt_tokens: int,
+    output_tokens: int,
+    step_duration_s: float,
+    measure_last_s: float,
+) -> list[StepSummary]:
+    out = []
+    for concurrency in concurrencies:
+        run = closed_loop(settings, concurrency, prompt_tokens, output_tokens, step_duration_s)
+        start = step_duration_s - measure_last_s
+        out.append(summarise(run, settings.mode, concurrency, start, step_duration_s))
+    return out
+
+
+COLUMNS = (
+    ("mode", "{:>16}"),
+    ("concurrency", "{:>11d}"),
+    ("output_tps", "{:>10.0f}"),
+    ("rps", "{:>7.2f}"),
+    ("ttft_p50_s", "{:>10.3f}"),
+    ("ttft_p99_s", "{:>10.3f}"),
+    ("tpot_mean_s", "{:>11.4f}"),
+    ("gpu_busy", "{:>8.1%}"),
+    ("interval_ms", "{:>11.1f}"),
+    ("forward_ms", "{:>10.1f}"),
+    ("step_ms", "{:>7.1f}"),
+    ("batch_mean", "{:>10.1f}"),
+)
+
+
+def format_table(rows: list[StepSummary]) -> str:
+    header = " ".join(f"{name:>{len(fmt.format(getattr(rows[0], name)))}}" for name, fmt in COLUMNS) if rows else ""
+    lines = [header]
+    for row in rows:
+        lines.append(" ".join(fmt.format(getattr(row, name)) for name, fmt in COLUMNS))
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""The HTTP API on aiohttp.web: vLLM's OpenAI-compatible routes plus /metrics.
+
+Each request gets a Sequence in the engine and a TokenSink; a streaming handler writes
+whatever tokens piled up since it last ran, in one write. A client that disconnects
+cancels its handler (handler_cancellation) or fails its write; either way the
+request is aborted and its slot and KV blocks are freed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from backends.sim import words
+from backends.sim.engine import RealtimeEngine
+from backends.sim.protocol import GenerationRequest, RequestError, parse_generation, parse_tokenize
+from backends.sim.settings import SimSettings
+from backends.sim.sse import ResponseBuilder
+
+ENGINE = web.AppKey("engine", RealtimeEngine)
+SETTINGS = web.AppKey("settings", SimSettings)
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+def create_app(settings: SimSettings) -> web.Application:
+    app = web.Application(middlewares=[_errors])
+    app[SETTINGS] = settings
+    app.cleanup_ctx.append(_engine_lifespan)
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_post("/tokenize", _tokenize)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/sim/stats", _stats)
+    app.router.add_post("/sim/stats/reset", _stats_reset)
+    return app
+
+
+async def _engine_lifespan(app: web.Application) -> Any:
+    engine = RealtimeEngine(app[SETTINGS])
+    app[ENGINE] = engine
+    engine.start()
+    yield
+    await engine.stop()
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except RequestError as exc:
+        return web.json_response(exc.body(), status=exc.status)
+    except web.HTTPRequestEntityTooLarge as exc:
+        error = RequestError(f"The request body is too large ({exc.text}).", status=413)
+        return web.json_response(error.body(), status=413)
+
+
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(f"The request body is not valid JSON: {exc}. Send a JSON object.") from None
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    gen = parse_generation(await _json_body(request), settings, chat)
+    engine = request.app[ENGINE]
+    seq = engine.core.new_sequence(gen.prompt_token_ids, gen.max_tokens, time.monotonic(), gen.ignore_eos, gen.stop_ids)
+    sink = engine.submit(seq)
+    builder = ResponseBuilder(gen, settings.model)
+    try:
+        if gen.stream:
+            return await _stream(request, gen, builder, sink)
+        tokens: list[int] = []
+        while True:
+            new, reason = await sink.take()
+            tokens.extend(new)
+            if reason is not None:
+                return web.json_response(builder.full(tokens, reason, seq.num_cached_tokens))
+    finally:
+        if not seq.finished:
+            engine.abort(seq)
+
+
+async def _stream(
+    request: web.Request, gen: GenerationRequest, builder: ResponseBuilder, sink: Any
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    await response.prepare(request)
+    first = builder.first_chunk()
+    if first:
+        await response.write(first)
+    while True:
+        tokens, reason = await sink.take()
+        num_before = sink.num_sent - len(tokens)
+        data = builder.token_chunks(tokens, num_before, reason)
+        if reason is not None:
+            data += builder.end_chunks(reason, sink.num_sent, sink.seq.num_cached_tokens, sent_final=bool(tokens))
+            await response.write(data)
+            await response.write_eof()
+            return response
+        await response.write(data)
+
+
+async def _models(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    card = {
+        "id": settings.model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "zerogap-sim",
+        "root": settings.model,
+        "parent": None,
+        "max_model_len": settings.max_model_len,
+    }
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _tokenize(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    ids = parse_tokenize(await _json_body(request), settings)
+    body = {"count": len(ids), "max_model_len": settings.max_model_len, "tokens": ids}
+    return web.json_response(body)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = request.app[ENGINE].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def _stats(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    now = time.monotonic()
+    body = {
+        "mode": engine.settings.mode,
+        "time_scale": engine.settings.time_scale,
+        "step_lag_ms": engine.lag.summary_ms(),
+        "num_running": engine.core.num_running,
+        "num_waiting": engine.core.num_waiting,
+        "num_streams": len(engine.sinks),
+        "gpu_busy_ratio": engine.window.busy_ratio(now),
+        "token_interval_s": engine.window.mean_interval_s(now),
+        "vocab_words": len(words.WORDS),
+    }
+    return web.json_response(body)
+
+
+async def _stats_reset(request: web.Request) -> web.Response:
+    request.app[ENGINE].lag.reset()
+    return web.json_response({"reset": True})

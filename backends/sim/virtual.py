@@ -1,0 +1,144 @@
+"""The same engine core driven in virtual time: no sleeping, as fast as Python goes.
+
+A step that starts at t ends at t + its modelled duration; its tokens are delivered at
+that end; requests that arrived meanwhile are scheduled at the next step, exactly as
+in the real-time loop. Used by `zerogap sim plan` and by the tests that check the
+served engine against the model.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from backends.sim import words
+from backends.sim.core import EngineCore
+from backends.sim.sequence import Sequence
+from backends.sim.settings import SimSettings
+
+
+@dataclass(slots=True)
+class Arrival:
+    t_s: float
+    prompt_token_ids: list[int]
+    max_tokens: int
+    ignore_eos: bool = True
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    arrival_s: float
+    num_prompt_tokens: int
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    num_output_tokens: int = 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.finish_s is None or self.first_token_s is None or self.num_output_tokens < 2:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.num_output_tokens - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    end_s: float
+    forward_s: float
+    interval_s: float
+    duration_s: float
+    num_seqs: int
+    num_new_tokens: int
+
+
+@dataclass
+class VirtualRun:
+    requests: list[RequestRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    end_s: float = 0.0
+
+
+OnFinish = Callable[[RequestRecord, float], list[Arrival]]
+
+
+class VirtualEngine:
+    def __init__(self, settings: SimSettings) -> None:
+        self.core = EngineCore(settings)
+        self._order = itertools.count()
+
+    def run(self, arrivals: list[Arrival], until_s: float, on_finish: OnFinish | None = None) -> VirtualRun:
+        """Run until until_s of virtual time, or until no work and no arrival is left."""
+        run = VirtualRun()
+        pending: list[tuple[float, int, Arrival]] = [(a.t_s, next(self._order), a) for a in arrivals]
+        heapq.heapify(pending)
+        live: dict[int, RequestRecord] = {}
+        clock = 0.0
+        while clock < until_s:
+            while pending and pending[0][0] <= clock:
+                self._admit(heapq.heappop(pending)[2], run, live)
+            plan = self.core.plan()
+            if plan is None:
+                if not pending:
+                    break
+                clock = max(clock, pending[0][0])
+                continue
+            clock += plan.cost.duration_s
+            events = self.core.finish(plan)
+            cost = plan.cost
+            run.steps.append(
+                StepRecord(clock, cost.forward_s, cost.interval_s, cost.duration_s, plan.batch.num_seqs, len(events))
+            )
+            for event in events:
+                record = live[event.seq.seq_id]
+                if record.first_token_s is None:
+                    record.first_token_s = clock
+                record.num_output_tokens += 1
+                if event.finished:
+                    record.finish_s = clock
+                    del live[event.seq.seq_id]
+                    for nxt in on_finish(record, clock) if on_finish else []:
+                        heapq.heappush(pending, (nxt.t_s, next(self._order), nxt))
+        run.end_s = clock
+        return run
+
+    def _admit(self, arrival: Arrival, run: VirtualRun, live: dict[int, RequestRecord]) -> None:
+        seq: Sequence = self.core.new_sequence(
+            arrival.prompt_token_ids, arrival.max_tokens, arrival.t_s, arrival.ignore_eos
+        )
+        record = RequestRecord(arrival.t_s, seq.num_prompt_tokens)
+        live[seq.seq_id] = record
+        run.requests.append(record)
+        self.core.add(seq)
+
+
+def random_prompt(rng: random.Random, num_tokens: int) -> list[int]:
+    """Distinct prompts (no prefix-cache hits) of an exact token length."""
+    return [rng.randrange(len(words.WORDS), words.VOCAB_SIZE) for _ in range(num_tokens)]
+
+
+def closed_loop(
+    settings: SimSettings,
+    concurrency: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    duration_s: float,
+    gap_s: float = 0.0,
+    seed: int = 0,
+) -> VirtualRun:
+    """concurrency users, each sending its next request gap_s after the last one ended."""
+    rng = random.Random(seed)
+
+    def arrival(t_s: float) -> Arrival:
+        return Arrival(t_s, random_prompt(rng, prompt_tokens), output_tokens)
+
+    def on_finish(record: RequestRecord, t_s: float) -> list[Arrival]:
+        return [arrival(t_s + gap_s)]
+
+    return VirtualEngine(settings).run([arrival(0.0) for _ in range(concurrency)], duration_s, on_finish)
