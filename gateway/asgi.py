@@ -1,0 +1,76 @@
+"""Small ASGI helpers: read a bounded body, send JSON or an ApiError."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from gateway.errors import ApiError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class ClientGone(Exception):
+    """The client disconnected while we were reading its request."""
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+async def read_body(receive: Receive, scope: Scope, max_bytes: int) -> bytes:
+    declared = header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large(max_bytes)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large(max_bytes)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def too_large(max_bytes: int) -> ApiError:
+    return ApiError(
+        413,
+        f"Request body is larger than {max_bytes} bytes ([gateway].max_body_bytes). Send a smaller request.",
+        code="request_too_large",
+    )
+
+
+async def send_json(send: Send, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+    await send_bytes(send, status, json.dumps(obj).encode(), headers)
+
+
+async def send_bytes(
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    content_type: bytes = b"application/json",
+) -> None:
+    raw = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(send: Send, error: ApiError) -> None:
+    await send_bytes(send, error.status, error.encoded(), error.headers)

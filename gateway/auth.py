@@ -1,0 +1,91 @@
+"""Who is calling: the unified key or a virtual key, served from memory.
+
+The virtual keys are reloaded from the key store whenever its version row changes
+(checked every [gateway].key_refresh_interval_s), so a revocation takes effect within
+about that long; expiry is checked on every request against the wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from dataclasses import dataclass
+
+from gateway.errors import ApiError
+from gateway.keystore import KeyRecord, KeyStore
+
+log = logging.getLogger("zerogap.gateway.auth")
+
+UNIFIED = "unified"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller. `name` is safe to log and to use as a metric label."""
+
+    name: str
+    models: frozenset[str] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    expires_at: float | None = None
+
+    def may_use(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+
+def _principal(record: KeyRecord) -> Principal:
+    models = frozenset(record.models) if record.models is not None else None
+    return Principal(record.name, models, record.rpm, record.tpm, record.expires_at)
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, "authentication_error", code="invalid_api_key")
+
+
+class Authenticator:
+    def __init__(self, unified_key: str, store: KeyStore) -> None:
+        self._unified = unified_key.encode()
+        self._store = store
+        self._by_digest: dict[str, Principal] = {}
+        self._version = -1
+
+    def reload(self) -> bool:
+        """Reload the keys if the store changed (blocking; run it in a thread). True if reloaded."""
+        version = self._store.version()
+        if version == self._version:
+            return False
+        records = self._store.keys()
+        self._by_digest = {r.digest: _principal(r) for r in records if r.revoked_at is None}
+        self._version = version
+        log.debug("loaded %d active virtual keys (store version %d)", len(self._by_digest), version)
+        return True
+
+    async def refresh_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(self.reload)
+            except Exception as exc:  # the store may be busy or briefly unreadable: keep the last keys
+                log.warning("key store refresh failed, keeping the keys loaded before: %s", exc)
+
+    def authenticate(self, authorization: bytes | None) -> Principal:
+        if authorization is None:
+            raise unauthorized("Missing API key. Send the header 'Authorization: Bearer <your key>'.")
+        scheme, _, token = authorization.partition(b" ")
+        token = token.strip()
+        if scheme.lower() != b"bearer" or not token:
+            raise unauthorized("Malformed Authorization header. Send 'Authorization: Bearer <your key>'.")
+        if self._unified and hmac.compare_digest(token, self._unified):
+            return Principal(UNIFIED)
+        try:
+            digest = self._store.digest(token.decode())
+        except UnicodeDecodeError:
+            raise unauthorized("Invalid API key.") from None
+        principal = self._by_digest.get(digest)
+        if principal is None:
+            raise unauthorized("Invalid API key, or it has been revoked. Ask for a new key.")
+        if principal.expires_at is not None and principal.expires_at <= time.time():
+            raise unauthorized(f"The API key {principal.name!r} has expired. Ask for a new key.")
+        return principal

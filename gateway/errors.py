@@ -1,0 +1,43 @@
+"""The OpenAI error body and the exception that carries it to the client."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error the client caused or must know about; becomes {"error": {...}} with `status`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+    def encoded(self) -> bytes:
+        return json.dumps(self.body()).encode()
+
+
+def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def sse_error(message: str, type_: str = "upstream_error", code: str | int | None = None) -> bytes:
+    """The SSE event that ends a stream which failed after its first byte; then [DONE]."""
+    event = json.dumps(error_body(message, type_, None, code)).encode()
+    return b"data: " + event + b"\n\ndata: [DONE]\n\n"

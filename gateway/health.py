@@ -1,0 +1,72 @@
+"""Active health checks (GET /health) and load scrapes (GET /metrics) of every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway.pool import Backend, Router
+from gateway.upstream import UpstreamClient
+
+log = logging.getLogger("zerogap.gateway.health")
+
+QUEUE_METRICS = (b"vllm:num_requests_running", b"vllm:num_requests_waiting")
+
+
+def parse_queue(text: bytes) -> int:
+    """running + waiting from a Prometheus text page (summed over label sets)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(QUEUE_METRICS):
+            try:
+                total += float(line.rsplit(b" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return int(total)
+
+
+class HealthMonitor:
+    def __init__(self, router: Router, client: UpstreamClient, timeout_s: float) -> None:
+        self.router = router
+        self.client = client
+        self.timeout_s = timeout_s
+
+    async def check(self, backend: Backend) -> None:
+        try:
+            status, _ = await self.client.get(backend.url + "/health", self.timeout_s)
+            ok = status == 200
+            reason = f"status {status}"
+        except Exception as exc:  # any failure to answer means: not healthy
+            ok, reason = False, f"{type(exc).__name__}: {exc}"
+        if ok != backend.healthy:
+            if ok:
+                log.info("backend %s (%s) is healthy again", backend.name, backend.url)
+            else:
+                log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
+        backend.healthy = ok
+
+    async def scrape(self, backend: Backend) -> None:
+        if not backend.healthy:
+            return
+        try:
+            status, text = await self.client.get(backend.url + "/metrics", self.timeout_s)
+        except Exception as exc:
+            log.debug("load scrape of %s failed: %s", backend.name, exc)
+            return
+        backend.num_reported = parse_queue(text) if status == 200 else 0
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(b) for b in self.router.backends))
+
+    async def scrape_all(self) -> None:
+        await asyncio.gather(*(self.scrape(b) for b in self.router.backends))
+
+    async def check_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.check_all()
+
+    async def scrape_forever(self, interval_s: float) -> None:
+        while True:
+            await self.scrape_all()
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,179 @@
+"""Virtual keys and usage in one SQLite file.
+
+Secrets are never stored: each key is kept as HMAC-SHA256(store secret, key), where the
+store secret is 32 random bytes made when the file is created. A `version` row is bumped
+by every change to the keys, so a running gateway notices a revocation by reading one row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS keys (
+    name TEXT PRIMARY KEY,
+    digest TEXT NOT NULL UNIQUE,
+    models TEXT,
+    rpm INTEGER,
+    tpm INTEGER,
+    created_at REAL NOT NULL,
+    expires_at REAL,
+    revoked_at REAL
+);
+CREATE TABLE IF NOT EXISTS usage (
+    key_name TEXT NOT NULL,
+    model TEXT NOT NULL,
+    num_requests INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (key_name, model)
+);
+"""
+
+KEY_PREFIX = "zg-"
+RESERVED_NAMES = frozenset({"unified"})
+
+
+class KeyStoreError(Exception):
+    """A key-store problem the user can fix; str() says what to do."""
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    name: str
+    digest: str
+    models: tuple[str, ...] | None
+    rpm: int | None
+    tpm: int | None
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+
+    def status(self, now: float) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    key_name: str
+    model: str
+    num_requests: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class KeyStore:
+    """Thread-safe access to the SQLite file (the gateway calls it from worker threads)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, timeout=5.0, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('secret', ?)", (secrets.token_hex(32),))
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('version', '0')")
+            secret = self._db.execute("SELECT v FROM meta WHERE k='secret'").fetchone()[0]
+        except (sqlite3.Error, OSError) as exc:
+            raise KeyStoreError(
+                f"key store {path}: cannot be opened ({exc}). Check [gateway].key_store and the folder's permissions."
+            ) from None
+        self._secret = bytes.fromhex(secret)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def digest(self, key: str) -> str:
+        return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()
+
+    def version(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT v FROM meta WHERE k='version'").fetchone()[0])
+
+    def _bump(self) -> None:
+        self._db.execute("UPDATE meta SET v = CAST(v AS INTEGER) + 1 WHERE k='version'")
+
+    def create(
+        self,
+        name: str,
+        models: Iterable[str] | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        expires_at: float | None = None,
+    ) -> str:
+        """Store a new key and return its secret (shown once, never stored)."""
+        if name in RESERVED_NAMES:
+            raise KeyStoreError(f"the name {name!r} is reserved (it labels the unified key). Choose another.")
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        joined = ",".join(models) if models else None
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(
+                    "INSERT INTO keys (name, digest, models, rpm, tpm, created_at, expires_at) VALUES (?,?,?,?,?,?,?)",
+                    (name, self.digest(key), joined, rpm, tpm, time.time(), expires_at),
+                )
+                self._bump()
+                self._db.execute("COMMIT")
+            except sqlite3.IntegrityError:
+                self._db.execute("ROLLBACK")
+                raise KeyStoreError(f"a key named {name!r} exists already. Choose another name.") from None
+        return key
+
+    def revoke(self, name: str) -> bool:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            cur = self._db.execute(
+                "UPDATE keys SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL", (time.time(), name)
+            )
+            self._bump()
+            self._db.execute("COMMIT")
+            return cur.rowcount > 0
+
+    def keys(self) -> list[KeyRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT name, digest, models, rpm, tpm, created_at, expires_at, revoked_at FROM keys ORDER BY name"
+            ).fetchall()
+        return [
+            KeyRecord(r[0], r[1], tuple(r[2].split(",")) if r[2] else None, r[3], r[4], r[5], r[6], r[7]) for r in rows
+        ]
+
+    def add_usage(self, rows: Iterable[UsageRow]) -> None:
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT INTO usage VALUES (?,?,?,?,?,?) ON CONFLICT (key_name, model) DO UPDATE SET "
+                "num_requests = num_requests + excluded.num_requests, "
+                "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = completion_tokens + excluded.completion_tokens, updated_at = excluded.updated_at",
+                [(r.key_name, r.model, r.num_requests, r.prompt_tokens, r.completion_tokens, now) for r in rows],
+            )
+            self._db.execute("COMMIT")
+
+    def usage(self) -> list[UsageRow]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key_name, model, num_requests, prompt_tokens, completion_tokens FROM usage "
+                "ORDER BY key_name, model"
+            ).fetchall()
+        return [UsageRow(*r) for r in rows]

@@ -1,0 +1,80 @@
+"""The gateway's Prometheus metrics (zerogap_*), in a registry owned by the app.
+
+Labels: model, backend, key (the key's name, never its secret), status (HTTP code;
+499 = the client went away). Gauges of backends are set when /metrics is read.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gateway.pool import Router
+
+TTFT_BUCKETS_S = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0,
+)  # fmt: skip
+TPOT_BUCKETS_S = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0,
+)  # fmt: skip
+DURATION_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "zerogap_requests", "Requests answered", ["model", "backend", "key", "status"], registry=r
+        )
+        self.duration = Histogram(
+            "zerogap_request_duration_seconds",
+            "Time from request to last byte",
+            ["model", "backend", "status"],
+            buckets=DURATION_BUCKETS_S,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "zerogap_time_to_first_token_seconds",
+            "Time from request to the first streamed chunk",
+            ["model", "backend"],
+            buckets=TTFT_BUCKETS_S,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "zerogap_time_per_output_token_seconds",
+            "(last chunk - first chunk) / (completion tokens - 1), per streamed request",
+            ["model", "backend"],
+            buckets=TPOT_BUCKETS_S,
+            registry=r,
+        )
+        self.tokens = Counter("zerogap_tokens", "Tokens from usage", ["model", "key", "kind"], registry=r)
+        self.backend_up = Gauge(
+            "zerogap_backend_up", "1 if the backend passes health checks", ["backend", "model"], registry=r
+        )
+        self.backend_inflight = Gauge(
+            "zerogap_backend_inflight", "Requests this gateway has in flight there", ["backend", "model"], registry=r
+        )
+        self.backend_load = Gauge(
+            "zerogap_backend_reported_load",
+            "running + waiting that the backend reports",
+            ["backend", "model"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "zerogap_retries", "Requests retried on another backend", ["model", "backend"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "zerogap_upstream_errors", "Failed upstream attempts", ["model", "backend", "status"], registry=r
+        )
+        self.ratelimited = Counter(
+            "zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r
+        )
+
+    def render(self, router: Router) -> bytes:
+        for b in router.backends:
+            self.backend_up.labels(b.name, b.model).set(1 if b.healthy else 0)
+            self.backend_inflight.labels(b.name, b.model).set(b.num_inflight)
+            self.backend_load.labels(b.name, b.model).set(b.num_reported)
+        return generate_latest(self.registry)

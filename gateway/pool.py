@@ -1,0 +1,73 @@
+"""The backends of each model and the choice of one for a request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from zerogap.config.gateway import BackendEntry
+
+
+@dataclass(eq=False)
+class Backend:
+    """One backend and what the gateway knows of it now."""
+
+    name: str
+    url: str
+    model: str
+    upstream_model: str | None = None
+    api_key: str | None = None
+    healthy: bool = True
+    num_inflight: int = 0
+    num_reported: int = 0  # running + waiting, scraped from its /metrics
+
+    @classmethod
+    def of(cls, entry: BackendEntry) -> Backend:
+        return cls(entry.name, entry.url, entry.model, entry.upstream_model, entry.api_key)
+
+    def load(self) -> int:
+        return self.num_inflight + self.num_reported
+
+
+class ModelPool:
+    """The backends serving one model name."""
+
+    def __init__(self, model: str, backends: list[Backend], policy: str) -> None:
+        self.model = model
+        self.backends = backends
+        self.policy = policy
+        self._next = 0
+
+    def choose(self, exclude: Iterable[Backend] = ()) -> Backend | None:
+        """The healthy backend to use, or None. Least load (ties rotate) or round-robin."""
+        skip = set(exclude)
+        n = len(self.backends)
+        start = self._next
+        self._next = (start + 1) % n
+        best: Backend | None = None
+        for i in range(n):
+            b = self.backends[(start + i) % n]
+            if not b.healthy or b in skip:
+                continue
+            if self.policy == "round_robin":
+                return b
+            if best is None or b.load() < best.load():
+                best = b
+        return best
+
+    def any_healthy(self) -> bool:
+        return any(b.healthy for b in self.backends)
+
+
+class Router:
+    """All pools, by the model name clients ask for."""
+
+    def __init__(self, entries: Iterable[BackendEntry], policy: str) -> None:
+        self.backends = [Backend.of(e) for e in entries]
+        by_model: dict[str, list[Backend]] = {}
+        for b in self.backends:
+            by_model.setdefault(b.model, []).append(b)
+        self.pools = {m: ModelPool(m, bs, policy) for m, bs in by_model.items()}
+
+    def ready(self) -> bool:
+        return any(b.healthy for b in self.backends)

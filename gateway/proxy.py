@@ -1,0 +1,122 @@
+"""The ASGI endpoints of the completion APIs: check the request, then hand it to the relay."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from gateway.asgi import ClientGone, Receive, Scope, Send, header, read_body, send_error
+from gateway.errors import ApiError
+from gateway.limits import estimate_tokens
+from gateway.relay import Outcome, Start
+from gateway.request import parse_call
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator
+
+    from gateway.pool import ModelPool
+    from gateway.state import Gateway
+
+log = logging.getLogger("zerogap.gateway.proxy")
+
+
+def method_not_allowed(allowed: str) -> ApiError:
+    return ApiError(
+        405, f"Method not allowed here; use {allowed}.", code="method_not_allowed", headers={"Allow": allowed}
+    )
+
+
+def _check_content_type(scope: Scope) -> None:
+    value = header(scope, b"content-type")
+    if value is None or value.split(b";")[0].strip().lower() != b"application/json":
+        shown = value.decode(errors="replace") if value else "none"
+        raise ApiError(415, f"Content-Type must be application/json (got {shown}).", code="unsupported_media_type")
+
+
+class Completions:
+    """POST /v1/chat/completions (chat=True) or /v1/completions."""
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.path = "/v1/chat/completions" if chat else "/v1/completions"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gw: Gateway = scope["app"].state.gateway
+        try:
+            out, pool = await self._admit(gw, scope, receive)
+        except ApiError as exc:
+            await send_error(send, exc)
+            return
+        except ClientGone:
+            return
+        await serve(gw, out, pool, receive, send)
+
+    async def _admit(self, gw: Gateway, scope: Scope, receive: Receive) -> tuple[Outcome, ModelPool]:
+        if scope["method"] != "POST":
+            raise method_not_allowed("POST")
+        who = gw.auth.authenticate(header(scope, b"authorization"))
+        _check_content_type(scope)
+        raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
+        call = parse_call(raw, self.path, self.chat)
+        pool = gw.router.pools.get(call.model)
+        if pool is None:
+            raise ApiError(
+                404,
+                f"The model {call.model!r} does not exist here. GET /v1/models lists the models.",
+                param="model",
+                code="model_not_found",
+            )
+        if not who.may_use(call.model):
+            raise ApiError(
+                403,
+                f"This key may not use the model {call.model!r}.",
+                "permission_error",
+                param="model",
+                code="model_not_allowed",
+            )
+        estimate = estimate_tokens(len(raw), call.max_tokens)
+        try:
+            gw.limiter.admit(who, estimate)
+        except ApiError as exc:
+            limit = "rpm" if exc.code == "rate_limit_requests" else "tpm"
+            gw.metrics.ratelimited.labels(call.model, who.name, limit).inc()
+            raise
+        return Outcome(who, call, estimate), pool
+
+
+async def serve(gw: Gateway, out: Outcome, pool: ModelPool, receive: Receive, send: Send) -> None:
+    """Relay to the client; if the client goes away first, stop the relay (closing the upstream)."""
+    drive = asyncio.ensure_future(_drive(gw.relay.run(out, pool), send))
+    watch = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait((drive, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not drive.done():
+            drive.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await drive
+
+
+async def _drive(items: AsyncGenerator[Start | bytes, None], send: Send) -> None:
+    done = False
+    try:
+        async for item in items:
+            if isinstance(item, Start):
+                await send({"type": "http.response.start", "status": item.status, "headers": item.headers})
+                if item.body is not None:  # the whole answer; the generator ends after it
+                    await send({"type": "http.response.body", "body": item.body, "more_body": False})
+                    done = True
+            else:
+                await send({"type": "http.response.body", "body": item, "more_body": True})
+        if not done:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await items.aclose()
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,288 @@
+"""The proxy path: choose a backend, retry before the first byte, relay bytes as they
+arrive, and account for the request when it ends.
+
+`Relay.run` is one async generator: it yields a `Start` (status and headers, and the
+whole body for a non-streamed answer) and then the bytes of the stream; the metrics,
+usage and rate-limit settlement of the request happen in its `finally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+
+from gateway.auth import Principal
+from gateway.errors import error_body, sse_error
+from gateway.limits import RateLimiter
+from gateway.metrics import GatewayMetrics
+from gateway.pool import Backend, ModelPool
+from gateway.request import Call
+from gateway.sse import SseFilter, usage_tokens
+from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+from gateway.usage import UsageRecorder
+from zerogap.config.gateway import GatewaySection
+
+log = logging.getLogger("zerogap.gateway.relay")
+
+KEEPALIVE = b": keep-alive\n\n"
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass
+class Start:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes | None = None  # the whole answer, when it is not a stream
+
+
+class Retry(Exception):
+    """This attempt failed before the first byte; another backend may be tried."""
+
+    def __init__(self, status: int, label: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.label = label
+        self.message = message
+
+
+@dataclass
+class Outcome:
+    """What one request did; filled in as it goes, read in `finally`."""
+
+    who: Principal
+    call: Call
+    estimate: int
+    t0_s: float = field(default_factory=time.monotonic)
+    status: int = 502
+    backend: str = "none"
+    started: bool = False  # status and headers went to the client
+    first_s: float | None = None
+    last_s: float | None = None
+    usage: dict[str, int] | None = None
+    next_keepalive_s: float = 0.0
+
+
+def _json_start(status: int, body: bytes) -> Start:
+    return Start(status, [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())], body)
+
+
+class Relay:
+    def __init__(
+        self,
+        settings: GatewaySection,
+        client: UpstreamClient,
+        metrics: GatewayMetrics,
+        limiter: RateLimiter,
+        usage: UsageRecorder,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.metrics = metrics
+        self.limiter = limiter
+        self.usage = usage
+
+    async def run(self, out: Outcome, pool: ModelPool) -> AsyncGenerator[Start | bytes, None]:
+        out.next_keepalive_s = out.t0_s + self.settings.keepalive_interval_s
+        tried: list[Backend] = []
+        failure = Retry(503, "no_backend", f"No healthy backend serves model {out.call.model!r} right now.")
+        try:
+            while len(tried) <= self.settings.max_retries:
+                backend = pool.choose(tried)
+                if backend is None:
+                    break
+                if tried:
+                    self.metrics.retries.labels(out.call.model, backend.name).inc()
+                tried.append(backend)
+                out.backend = backend.name
+                backend.num_inflight += 1
+                try:
+                    async for item in self._attempt(out, backend):
+                        yield item
+                    return
+                except Retry as exc:
+                    failure = exc
+                    self._upstream_error(out, backend, exc)
+                finally:
+                    backend.num_inflight -= 1
+            async for item in self._fail(out, failure):
+                yield item
+        except (asyncio.CancelledError, GeneratorExit):
+            out.status = 499
+            raise
+        finally:
+            self._account(out)
+
+    def _upstream_error(self, out: Outcome, backend: Backend, exc: Retry) -> None:
+        self.metrics.upstream_errors.labels(out.call.model, backend.name, str(exc.label)).inc()
+        log.warning("backend %s failed before the first byte (%s): %s", backend.name, exc.label, exc.message)
+        if exc.label == "connect":
+            backend.healthy = False  # until the next health check says otherwise
+
+    async def _fail(self, out: Outcome, failure: Retry) -> AsyncIterator[Start | bytes]:
+        out.status = failure.status
+        if out.started:
+            yield sse_error(failure.message, code=failure.status)
+        else:
+            yield _json_start(
+                failure.status, json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
+            )
+
+    async def _open(self, out: Outcome, backend: Backend) -> tuple[UpstreamResponse, bytes]:
+        headers = {"Content-Type": "application/json"}
+        if backend.api_key:
+            headers["Authorization"] = f"Bearer {backend.api_key}"
+        resp = await self.client.post(backend.url + out.call.path, out.call.body_for(backend), headers)
+        try:
+            if resp.status != 200 or not out.call.stream:
+                return resp, await resp.read_all()
+            return resp, await resp.read_chunk()
+        except BaseException:
+            resp.close()
+            raise
+
+    async def _first(
+        self, out: Outcome, backend: Backend
+    ) -> AsyncIterator[Start | bytes | tuple[UpstreamResponse, bytes]]:
+        """Wait for the backend's first bytes, sending keep-alives to a streaming client meanwhile."""
+        opening = asyncio.ensure_future(self._open(out, backend))
+        deadline_s = time.monotonic() + self.settings.first_byte_timeout_s
+        try:
+            while True:
+                now = time.monotonic()
+                wake_s = min(deadline_s, out.next_keepalive_s) if out.call.stream else deadline_s
+                done, _ = await asyncio.wait((opening,), timeout=max(0.0, wake_s - now))
+                if done:
+                    break
+                now = time.monotonic()
+                if now >= deadline_s:
+                    raise Retry(
+                        504,
+                        "first_byte_timeout",
+                        f"Backend {backend.name} sent nothing within "
+                        f"{self.settings.first_byte_timeout_s} s ([gateway].first_byte_timeout_s).",
+                    )
+                if not out.started:
+                    out.started = True
+                    yield Start(200, SSE_HEADERS)
+                out.next_keepalive_s = now + self.settings.keepalive_interval_s
+                yield KEEPALIVE
+        finally:
+            if not opening.done():
+                opening.cancel()
+        try:
+            yield opening.result()
+        except UpstreamError as exc:
+            raise Retry(502, exc.reason, f"Backend {backend.name} failed: {exc.detail}") from None
+
+    async def _attempt(self, out: Outcome, backend: Backend) -> AsyncIterator[Start | bytes]:
+        opened: tuple[UpstreamResponse, bytes] | None = None
+        async for item in self._first(out, backend):
+            if isinstance(item, tuple):
+                opened = item
+            else:
+                yield item
+        assert opened is not None
+        resp, first = opened
+        clean = False
+        try:
+            if resp.status in RETRY_STATUSES:
+                raise Retry(502, str(resp.status), f"Backend {backend.name} answered {resp.status}: {first[:300]!r}")
+            if resp.status != 200:
+                clean = True
+                async for item in self._refused(out, resp.status, first):
+                    yield item
+                return
+            if not out.call.stream:
+                clean = True
+                yield self._whole(out, first)
+                return
+            if not first:
+                raise Retry(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
+            async for item in self._stream(out, resp, first):
+                yield item
+            clean = out.status == 200
+        finally:
+            resp.release() if clean else resp.close()
+
+    async def _refused(self, out: Outcome, status: int, body: bytes) -> AsyncIterator[Start | bytes]:
+        """A 4xx from the backend: passed on as it is (inside the stream if one was started)."""
+        out.status = status
+        if not out.started:
+            yield _json_start(status, body)
+            return
+        try:
+            message = json.loads(body)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = body[:300].decode(errors="replace")
+        yield sse_error(str(message), "invalid_request_error", status)
+
+    def _whole(self, out: Outcome, body: bytes) -> Start:
+        out.status = 200
+        out.first_s = out.last_s = time.monotonic()
+        try:
+            usage = json.loads(body).get("usage")
+            out.usage = usage if isinstance(usage, dict) else None
+        except (ValueError, AttributeError):
+            out.usage = None
+        return _json_start(200, body)
+
+    async def _stream(self, out: Outcome, resp: UpstreamResponse, first: bytes) -> AsyncIterator[Start | bytes]:
+        out.first_s = time.monotonic()
+        out.status = 200
+        if not out.started:
+            out.started = True
+            yield Start(200, SSE_HEADERS)
+        filt = SseFilter(strip_usage=not out.call.client_wants_usage)
+        data = filt.feed(first)
+        if data:
+            yield data
+        idle_s = self.settings.idle_timeout_s
+        try:
+            while True:
+                async with asyncio.timeout(idle_s):
+                    chunk = await resp.read_chunk()
+                if not chunk:
+                    break
+                out.last_s = time.monotonic()
+                data = filt.feed(chunk)
+                if data:
+                    yield data
+            rest = filt.rest()
+            if rest:
+                yield rest
+        except TimeoutError:
+            out.status = 504
+            yield sse_error(
+                f"The backend sent nothing for {idle_s} s ([gateway].idle_timeout_s); stream ended.", code=504
+            )
+        except UpstreamError as exc:
+            out.status = 502
+            yield sse_error(f"The backend broke the stream: {exc.detail}", code=502)
+        finally:
+            out.usage = filt.usage
+
+    def _account(self, out: Outcome) -> None:
+        call, m = out.call, self.metrics
+        status = str(out.status)
+        m.requests.labels(call.model, out.backend, out.who.name, status).inc()
+        now = time.monotonic()
+        m.duration.labels(call.model, out.backend, status).observe(now - out.t0_s)
+        prompt, completion = usage_tokens(out.usage)
+        if call.stream and out.first_s is not None:
+            m.ttft.labels(call.model, out.backend).observe(out.first_s - out.t0_s)
+            if completion > 1 and out.last_s is not None:
+                m.tpot.labels(call.model, out.backend).observe((out.last_s - out.first_s) / (completion - 1))
+        if prompt or completion:
+            m.tokens.labels(call.model, out.who.name, "prompt").inc(prompt)
+            m.tokens.labels(call.model, out.who.name, "completion").inc(completion)
+            self.usage.record(out.who.name, call.model, prompt, completion)
+        self.limiter.settle(out.who, out.estimate, prompt + completion)

@@ -1,0 +1,61 @@
+"""Everything one gateway app owns (kept on app.state.gateway), and its start and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from gateway.auth import Authenticator
+from gateway.health import HealthMonitor
+from gateway.keystore import KeyStore
+from gateway.limits import RateLimiter
+from gateway.metrics import GatewayMetrics
+from gateway.pool import Router
+from gateway.relay import Relay
+from gateway.upstream import AiohttpUpstream, UpstreamClient
+from gateway.usage import UsageRecorder
+from zerogap.config import Config
+
+log = logging.getLogger("zerogap.gateway")
+
+
+class Gateway:
+    def __init__(self, config: Config, client: UpstreamClient | None = None) -> None:
+        g = config.gateway
+        self.config = config
+        self.store = KeyStore(config.resolve_path(g.key_store))
+        self.auth = Authenticator(config.server.api_key, self.store)
+        self.router = Router(config.pool(), g.routing)
+        self.client: UpstreamClient = client or AiohttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
+        self.metrics = GatewayMetrics()
+        self.limiter = RateLimiter()
+        self.usage = UsageRecorder(self.store)
+        self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage)
+        self.monitor = HealthMonitor(self.router, self.client, timeout_s=min(g.connect_timeout_s, 2.0))
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        g = self.config.gateway
+        await asyncio.to_thread(self.auth.reload)
+        await self.monitor.check_all()
+        for b in self.router.backends:
+            log.info("backend %s %s model=%s %s", b.name, b.url, b.model, "up" if b.healthy else "DOWN")
+        if not self.config.server.api_key:
+            log.warning("[server].api_key is empty: the unified key is off, only virtual keys are accepted")
+        self._tasks = [
+            asyncio.create_task(self.monitor.check_forever(g.health_interval_s)),
+            asyncio.create_task(self.monitor.scrape_forever(g.load_scrape_interval_s)),
+            asyncio.create_task(self.auth.refresh_forever(g.key_refresh_interval_s)),
+            asyncio.create_task(self.usage.flush_forever(g.usage_flush_interval_s)),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.usage.flush()
+        await self.client.close()
+        self.store.close()
