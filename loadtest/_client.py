@@ -1,0 +1,143 @@
+"""One streamed completion over a kept-alive connection (geventhttpclient, the client
+Locust's FastHttpUser uses), timed per content chunk.
+
+TTFT: send -> first content chunk. TPOT: (E2E - TTFT) / (output tokens - 1).
+ITL: the gaps between content chunks. Output tokens: usage.completion_tokens, or the
+content chunks counted when the server sends no usage (the record says which).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPParseError
+
+from loadtest._record import RequestRecord
+from loadtest._sse import SseParser
+
+BLOCK_SIZE = 64 * 1024
+INTERRUPTED = "interrupted"  # the test stopped while the request streamed: not a failure
+Callback = Callable[[RequestRecord, list[float]], None]
+
+
+class RequestFailed(Exception):
+    """What Locust shows in its failures table: the kind first, then the detail."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+
+
+class StreamClient:
+    def __init__(self, base_url: str, path: str, headers: dict[str, str], connect_s: float, timeout_s: float) -> None:
+        parts = urlsplit(base_url)
+        self.path = parts.path.rstrip("/") + path
+        self.chat = path.endswith("/chat/completions")
+        self.timeout_s = timeout_s
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **headers}
+        self.http = HTTPClient(
+            parts.hostname or "127.0.0.1",
+            port=parts.port or (443 if parts.scheme == "https" else 80),
+            ssl=parts.scheme == "https",
+            connection_timeout=connect_s,
+            network_timeout=timeout_s,
+            concurrency=1,
+            block_size=BLOCK_SIZE,
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def stream(
+        self, body: bytes, send_lag_s: float | None = None, on_interrupt: Callback | None = None
+    ) -> tuple[RequestRecord, list[float], str]:
+        """Send one request and read it to the end. Returns the record, the wall-clock
+        time of each content chunk, and the failure detail ("" when it went well).
+        When the test stops mid-stream, on_interrupt gets what was read so far."""
+        parser = SseParser(self.chat)
+        start_wall, start = time.time(), time.perf_counter()
+        kind, detail = "", ""
+        try:
+            self._send_and_read(body, parser)
+        except RequestFailed as exc:
+            kind, detail = exc.kind, str(exc)
+        except gevent.GreenletExit:
+            if on_interrupt is not None:
+                on_interrupt(*_to_record(parser, start_wall, start, INTERRUPTED, send_lag_s))
+            raise
+        except (TimeoutError, gevent.Timeout) as exc:
+            kind, detail = "timeout", f"timeout: no byte for {self.timeout_s} s ({exc})"
+        except (OSError, HTTPParseError) as exc:
+            kind = "broken stream" if parser.content_times else "connection error"
+            detail = f"{kind}: {type(exc).__name__}: {exc}"
+        except ValueError as exc:  # json.JSONDecodeError
+            kind, detail = "bad chunk", f"bad chunk: not JSON ({exc})"
+        record, walls = _to_record(parser, start_wall, start, kind, send_lag_s)
+        return record, walls, detail
+
+    def _send_and_read(self, body: bytes, parser: SseParser) -> None:
+        response = self.http.request("POST", self.path, body=body, headers=self.headers)
+        try:
+            status = response.get_code()
+            if status >= 400:
+                text = response.read()[:500].decode("utf-8", "replace")
+                raise RequestFailed(f"HTTP {status}", _error_message(text))
+            readline, feed, clock = response.readline, parser.feed_line, time.perf_counter
+            while True:
+                line = readline(b"\n")
+                if not line:
+                    break
+                feed(line, clock())
+                if parser.done:
+                    break
+            parser.finish(clock())
+        finally:
+            response.release()
+        if parser.error is not None:
+            raise RequestFailed("stream error", parser.error)
+        if not parser.done:
+            raise RequestFailed("broken stream", "the stream ended without data: [DONE]")
+        if not parser.content_times:
+            raise RequestFailed("empty stream", "no content chunk before [DONE]")
+
+
+def _error_message(text: str) -> str:
+    try:
+        body: Any = json.loads(text)
+        return str(body["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return text.strip()
+
+
+def _to_record(
+    parser: SseParser, start_wall: float, start: float, kind: str, send_lag_s: float | None
+) -> tuple[RequestRecord, list[float]]:
+    end = time.perf_counter()
+    times = parser.content_times
+    if parser.completion_tokens is not None:
+        tokens, source = int(parser.completion_tokens), "usage"
+    else:
+        tokens, source = len(times), "chunks"
+    record = RequestRecord(
+        start=start_wall,
+        end=start_wall + (end - start),
+        ok=not kind,
+        error_kind=kind,
+        ttft_s=(times[0] - start) if times else None,
+        e2e_s=end - start,
+        output_tokens=tokens,
+        prompt_tokens=int(parser.prompt_tokens or 0),
+        token_source=source,
+        send_lag_s=send_lag_s,
+    )
+    add = record.itl.add_ms
+    for before, after in itertools.pairwise(times):
+        add((after - before) * 1000.0)
+    return record, [start_wall + (t - start) for t in times]

@@ -1,0 +1,54 @@
+"""What a headless run prints: one progress line per step, the table at the end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ms(figures: dict[str, Any], key: str = "p50") -> str:
+    value = figures.get(key) if figures else None
+    return "-" if value is None else f"{value:.1f}"
+
+
+def load_text(step: dict[str, Any]) -> str:
+    if "request_rate" in step:
+        return f"{step['request_rate']:g} req/s"
+    return f"{step['concurrency']:g} users"
+
+
+def _gpu(step: dict[str, Any]) -> str:
+    gpu = step.get("gpu_util")
+    return "-" if gpu is None else f"{gpu['mean']:.0f}%"
+
+
+def progress_line(step: dict[str, Any], num_steps: int) -> str:
+    flag = "" if step["valid"] else f"  INVALID: {step['invalid_reason']}"
+    return (
+        f"zerogap step {step['index'] + 1}/{num_steps} {load_text(step)}: output {step['output_tps']:,.0f} tok/s, "
+        f"{step['rps']:.2f} req/s, TTFT p50 {_ms(step['ttft_ms'])} ms, TPOT p50 {_ms(step['tpot_ms'])} ms, "
+        f"GPU {_gpu(step)}, ok {step['requests_ok']} failed {step['requests_failed']}{flag}"
+    )
+
+
+HEADER = (
+    f"{'load':>14} {'out tok/s':>10} {'tot tok/s':>10} {'req/s':>7} {'TTFT p50':>9} {'p99':>8} "
+    f"{'TPOT p50':>9} {'p99':>7} {'ITL p50':>8} {'GPU':>5} {'good/s':>7} {'fail':>5} {'valid':>5}"
+)
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [HEADER]
+    for step in report["steps"]:
+        lines.append(
+            f"{load_text(step):>14} {step['output_tps']:>10,.0f} {step['total_tps']:>10,.0f} {step['rps']:>7.2f} "
+            f"{_ms(step['ttft_ms']):>9} {_ms(step['ttft_ms'], 'p99'):>8} {_ms(step['tpot_ms']):>9} "
+            f"{_ms(step['tpot_ms'], 'p99'):>7} {_ms(step['itl_ms']):>8} {_gpu(step):>5} "
+            f"{step['goodput_rps']:>7.2f} {step['requests_failed']:>5} {'yes' if step['valid'] else 'NO':>5}"
+        )
+    knee = report.get("knee")
+    lines.append(f"knee: {knee['text']}" if knee else "knee: none (TPS still grows by 10% or more per step)")
+    sources = {step["token_count_source"] for step in report["steps"]}
+    if "chunks" in sources:
+        lines.append("note: the server sent no usage for some requests; their tokens are counted chunks")
+    lines.append("latencies in ms (0.1 ms resolution)")
+    return "\n".join(lines)

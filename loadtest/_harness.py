@@ -1,0 +1,319 @@
+"""The harness's state in one Locust process, and its answers to Locust's events.
+
+Roles: a local run does everything in one process. With --processes N or
+--master/--worker, workers run the users and ship their records to the master with
+each stats report (report_to_master); the master samples the server-side signals,
+serves the load generator's /metrics, and writes the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+import psutil
+from locust.env import Environment
+from locust.runners import MasterRunner, Runner, WorkerRunner
+
+from loadtest._arrivals import Arrivals
+from loadtest._client import INTERRUPTED, StreamClient
+from loadtest._console import progress_line, table
+from loadtest._exporter import Exporter
+from loadtest._limits import raise_open_files
+from loadtest._plan import Plan
+from loadtest._prompt import calibrate, tokenize_counter, tokenize_urls
+from loadtest._record import Recorder, RequestRecord
+from loadtest._report import new_run_dir, write_run
+from loadtest._settings import Settings, SettingsError, load_settings, settings_path
+from loadtest._summary import summarize_run, summarize_step
+from loadtest._timeline import Sampler
+
+log = logging.getLogger("zerogap.loadtest")
+WIRE_KEY = "zerogap"
+FINAL_WAIT_S = 12.0
+
+
+def fail(message: str) -> None:
+    """A user error: the message, no traceback, exit status 2."""
+    sys.stderr.write(f"zerogap loadtest: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.settings: Settings | None = None
+        self.plan: Plan | None = None
+        self.env: Environment | None = None
+        self.recorder = Recorder()
+        self.exporter: Exporter | None = None
+        self.headers: dict[str, str] = {}
+        self.base_url = ""
+        self.prompt = ""
+        self.prompt_source = "approx"
+        self.run_start = 0.0
+        self.run_dir: Path | None = None
+        self.sampler: Sampler | None = None
+        self.arrivals: Arrivals | None = None
+        self.greenlets: list[gevent.Greenlet] = []
+        self.finals: set[str] = set()
+        self.workers_seen: set[str] = set()
+        self.final_pending = False
+        self.process_name = f"{socket.gethostname()}:{os.getpid()}"
+
+    # ----- roles -----
+    @property
+    def runner(self) -> Runner | None:
+        return self.env.runner if self.env is not None else None
+
+    @property
+    def is_worker(self) -> bool:
+        return isinstance(self.runner, WorkerRunner)
+
+    @property
+    def is_master(self) -> bool:
+        return isinstance(self.runner, MasterRunner)
+
+    # ----- init -----
+    def on_init(self, environment: Environment, **_: Any) -> None:
+        self.env = environment
+        options = environment.parsed_options
+        path = settings_path(getattr(options, "settings", None) if options is not None else None)
+        try:
+            settings = load_settings(path)
+            api_key = settings.api_key()
+        except SettingsError as exc:
+            fail(str(exc))
+            return
+        self.settings, self.plan = settings, Plan.from_settings(settings.load_test)
+        self.base_url = (environment.host or settings.api.base_url).rstrip("/")
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.process_name = f"{socket.gethostname()}:{os.getpid()}"
+        if not self.is_master:
+            raise_open_files(max(self.plan.users_for(p) for p in self.plan.phases) + 256)
+        if not self.is_worker and settings.metrics.exporter_port:
+            self.exporter = Exporter()
+            self.exporter.serve(settings.metrics.exporter_host, settings.metrics.exporter_port)
+        events = environment.events
+        events.test_start.add_listener(self.on_test_start)
+        events.test_stop.add_listener(self.on_test_stop)
+        events.report_to_master.add_listener(self.on_report_to_master)
+        events.worker_report.add_listener(self.on_worker_report)
+        events.quitting.add_listener(self.on_quitting)
+        log.info("zerogap: settings from %s; %s", path, self.describe_plan())
+
+    def describe_plan(self) -> str:
+        assert self.plan is not None
+        loads = ", ".join(f"{step.load:g}" for step in self.plan.steps)
+        unit = "req/s" if self.plan.open_loop else "users"
+        return f"steps {loads} {unit}, {self.plan.total_s:g} s in all"
+
+    # ----- start -----
+    def on_test_start(self, environment: Environment, **_: Any) -> None:
+        assert self.settings is not None and self.plan is not None
+        self.recorder = Recorder()
+        self.finals, self.workers_seen, self.final_pending = set(), set(), False
+        self.run_start = time.time()
+        if not self.is_master:
+            self.prepare_prompt()
+            self.arrivals = Arrivals(self.plan, self.run_start, self.user_share) if self.plan.open_loop else None
+            self.spawn(self.sample_cpu)
+        if not self.is_worker:
+            self.run_dir = new_run_dir(self.settings.output)
+            self.sampler = Sampler(self.settings.metrics)
+            self.spawn(self.sample_timeline)
+            self.spawn(self.print_progress)
+            log.info("zerogap: this run writes %s", self.run_dir)
+
+    def spawn(self, function: Any) -> None:
+        self.greenlets.append(gevent.spawn(function))
+
+    def prepare_prompt(self) -> None:
+        assert self.settings is not None
+        workload = self.settings.workload
+        counter = None
+        if workload.prompt_tokens_from == "tokenize":
+            urls = tokenize_urls(self.base_url, workload.tokenize_url)
+            counter = tokenize_counter(urls, workload.model, self.settings.metrics.scrape_timeout_seconds)
+        self.prompt, self.prompt_source = calibrate(workload.input_tokens, counter)
+        if workload.prompt_tokens_from == "tokenize" and self.prompt_source != "tokenize":
+            log.warning("zerogap: no /tokenize answered; prompts use the approximation (one word = one token)")
+
+    def user_share(self) -> float:
+        assert self.plan is not None
+        runner = self.runner
+        count = runner.user_count if runner is not None else 0
+        return min(1.0, count / self.plan.concurrency) if self.is_worker else 1.0
+
+    # ----- the users' side -----
+    def new_client(self) -> StreamClient:
+        assert self.settings is not None
+        api = self.settings.api
+        return StreamClient(self.base_url, api.path(), self.headers, api.connect_timeout_seconds, api.timeout_seconds)
+
+    def body(self) -> bytes:
+        assert self.settings is not None
+        workload = self.settings.workload
+        text = f"{random.randrange(10**6)} {self.prompt}" if workload.unique_prompts else self.prompt
+        payload: dict[str, Any] = {
+            "model": workload.model,
+            "max_tokens": workload.max_output_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": workload.temperature,
+        }
+        if workload.ignore_eos:
+            payload["ignore_eos"] = True
+        if self.settings.api.endpoint == "chat":
+            payload["messages"] = [{"role": "user", "content": text}]
+        else:
+            payload["prompt"] = text
+        return json.dumps(payload).encode()
+
+    def run_one(self, client: StreamClient) -> None:
+        lag = None
+        if self.arrivals is not None:
+            planned = self.arrivals.take()
+            lag = max(0.0, time.time() - planned)
+        record, walls, detail = client.stream(self.body(), lag, self.keep_interrupted)
+        self.keep(record, walls)
+        self.fire_locust_events(client.path, record, detail)
+
+    def keep_interrupted(self, record: RequestRecord, walls: list[float]) -> None:
+        self.keep(record, walls)
+
+    def keep(self, record: RequestRecord, walls: list[float]) -> None:
+        self.recorder.add(record, walls)
+        if self.exporter is not None:
+            self.exporter.observe(record)
+
+    def fire_locust_events(self, path: str, record: RequestRecord, detail: str) -> None:
+        assert self.env is not None
+        fire = self.env.events.request.fire
+        exception = None if record.ok else Exception(detail or record.error_kind)
+        fire(
+            request_type="POST",
+            name=path,
+            response_time=record.e2e_s * 1000,
+            response_length=record.output_tokens,
+            exception=exception,
+            context={},
+        )
+        if record.ok and record.ttft_s is not None:
+            fire(request_type="TTFT", name="time to first token", response_time=record.ttft_s * 1000,
+                 response_length=0, exception=None, context={})  # fmt: skip
+        tpot = record.tpot_s
+        if record.ok and tpot is not None:
+            fire(request_type="TPOT", name="time per output token", response_time=tpot * 1000,
+                 response_length=0, exception=None, context={})  # fmt: skip
+
+    # ----- sampling -----
+    def sample_cpu(self) -> None:
+        assert self.settings is not None
+        process = psutil.Process()
+        process.cpu_percent(None)
+        interval_s = self.settings.metrics.sample_interval_ms / 1000.0
+        while True:
+            gevent.sleep(interval_s)
+            cpu = process.cpu_percent(None)
+            self.recorder.add_cpu(self.process_name, time.time(), cpu)
+            if self.exporter is not None:
+                self.exporter.cpu.labels(self.process_name).set(cpu)
+
+    def sample_timeline(self) -> None:
+        assert self.settings is not None and self.plan is not None and self.sampler is not None
+        interval_s = self.settings.metrics.sample_interval_ms / 1000.0
+        while True:
+            gevent.sleep(interval_s)
+            runner = self.runner
+            sample = self.sampler.sample(runner.user_count if runner is not None else 0)
+            if self.exporter is not None:
+                self.exporter.users.set(sample.users)
+                phase = self.plan.phase_at(sample.wall - self.run_start)
+                self.exporter.step.set(phase.index if phase is not None else -1)
+                if sample.gpu_util is not None:
+                    self.exporter.gpu.set(sample.gpu_util)
+
+    def print_progress(self) -> None:
+        assert self.settings is not None and self.plan is not None and self.sampler is not None
+        delay_s = FINAL_WAIT_S / 3 if self.is_master else 0.2
+        steps = self.plan.steps
+        for phase in steps[:-1]:
+            gevent.sleep(max(0.0, self.run_start + phase.end_s + delay_s - time.time()))
+            step = summarize_step(
+                self.settings, self.plan, phase, self.run_start, time.time(), self.recorder, self.sampler.samples
+            )
+            if step is not None:
+                print(progress_line(step, len(steps)), flush=True)
+
+    # ----- master <-> workers -----
+    def on_report_to_master(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        wire = self.recorder.drain()
+        wire["final"] = self.final_pending
+        wire["prompt_source"] = self.prompt_source
+        data[WIRE_KEY] = wire
+
+    def on_worker_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        wire = data.get(WIRE_KEY)
+        if not wire:
+            return
+        self.workers_seen.add(client_id)
+        for record in self.recorder.ingest(wire):
+            if self.exporter is not None:
+                self.exporter.observe(record)
+        self.prompt_source = str(wire.get("prompt_source", self.prompt_source))
+        if wire.get("final"):
+            self.finals.add(client_id)
+
+    # ----- stop -----
+    def on_test_stop(self, environment: Environment, **_: Any) -> None:
+        run_end = time.time()
+        for greenlet in self.greenlets:
+            greenlet.kill(block=False)
+        self.greenlets = []
+        if self.is_worker:
+            self.final_pending = True
+            return
+        if self.is_master:
+            self.wait_for_workers()
+        self.finish(run_end)
+
+    def wait_for_workers(self) -> None:
+        deadline = time.time() + FINAL_WAIT_S
+        while time.time() < deadline and not (self.workers_seen and self.workers_seen <= self.finals):
+            gevent.sleep(0.2)
+        missing = self.workers_seen - self.finals
+        if missing:
+            log.warning("zerogap: %d worker(s) sent no final report; their last seconds may be missing", len(missing))
+
+    def finish(self, run_end: float) -> None:
+        assert self.settings is not None and self.plan is not None and self.sampler is not None
+        assert self.run_dir is not None
+        summary = summarize_run(self.settings, self.plan, self.run_start, run_end, self.recorder, self.sampler.samples)
+        meta = {
+            "base_url": self.base_url,
+            "model": self.settings.workload.model,
+            "endpoint": self.settings.api.path(),
+            "mode": "open_loop" if self.plan.open_loop else "closed_loop",
+            "prompt_tokens_from": self.prompt_source,
+            "num_worker_processes": len(self.workers_seen) if self.is_master else 1,
+            "interrupted_requests": sum(1 for r in self.recorder.records if r.error_kind == INTERRUPTED),
+        }
+        report_html = write_run(
+            self.run_dir, self.settings, self.plan, self.run_start, run_end, summary, meta, self.recorder,
+            self.sampler.samples,
+        )  # fmt: skip
+        print(table(summary), flush=True)
+        print(f"zerogap report: {report_html}", flush=True)
+
+    def on_quitting(self, environment: Environment, **_: Any) -> None:
+        if self.exporter is not None:
+            self.exporter.close()

@@ -1,0 +1,115 @@
+"""What each request leaves behind, and the per-process store that ships it to the
+master (Locust's report_to_master) or keeps it (local runs and the master).
+
+Output tokens are spread over the arrival times of the request's content chunks
+(usage.completion_tokens / content chunks each), so TPS over any window counts the
+tokens streamed in that window, not the requests that happened to end in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadtest._histogram import Histogram
+
+BUCKETS_PER_S = 10  # token-arrival buckets of 100 ms
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    start: float  # wall clock (time.time) at send
+    end: float
+    ok: bool
+    error_kind: str  # "" when ok; "HTTP 503", "timeout", "broken stream", ...
+    ttft_s: float | None
+    e2e_s: float
+    output_tokens: int
+    prompt_tokens: int
+    token_source: str  # "usage" or "chunks"
+    send_lag_s: float | None  # open loop: actual send - planned send
+    itl: Histogram = field(default_factory=Histogram)
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.start,
+            self.end,
+            int(self.ok),
+            self.error_kind,
+            self.ttft_s,
+            self.e2e_s,
+            self.output_tokens,
+            self.prompt_tokens,
+            self.token_source,
+            self.send_lag_s,
+            self.itl.to_wire(),
+        ]
+
+    @classmethod
+    def from_wire(cls, wire: list[Any]) -> RequestRecord:
+        start, end, ok, kind, ttft, e2e, out, prompt, source, lag, itl = wire
+        return cls(start, end, bool(ok), kind, ttft, e2e, int(out), int(prompt), source, lag, Histogram.from_wire(itl))
+
+
+def _add(buckets: dict[int, float], key: int, amount: float) -> None:
+    buckets[key] = buckets.get(key, 0.0) + amount
+
+
+@dataclass
+class Recorder:
+    """One process's records, token-arrival buckets and CPU samples."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    output_buckets: dict[int, float] = field(default_factory=dict)
+    prompt_buckets: dict[int, float] = field(default_factory=dict)
+    cpu_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def add(self, record: RequestRecord, content_walls: list[float]) -> None:
+        """content_walls: the wall-clock arrival time of each content chunk."""
+        self.records.append(record)
+        if content_walls:
+            per_chunk = record.output_tokens / len(content_walls)
+            for wall in content_walls:
+                _add(self.output_buckets, int(wall * BUCKETS_PER_S), per_chunk)
+        elif record.output_tokens:
+            _add(self.output_buckets, int(record.end * BUCKETS_PER_S), float(record.output_tokens))
+        if record.prompt_tokens:
+            at = content_walls[0] if content_walls else record.end
+            _add(self.prompt_buckets, int(at * BUCKETS_PER_S), float(record.prompt_tokens))
+
+    def add_cpu(self, process: str, wall: float, cpu_percent: float) -> None:
+        self.cpu_samples.setdefault(process, []).append((wall, cpu_percent))
+
+    def drain(self) -> dict[str, Any]:
+        """Everything recorded since the last drain, as plain lists for msgpack; then forget it."""
+        wire = {
+            "records": [record.to_wire() for record in self.records],
+            "output": [[key, value] for key, value in self.output_buckets.items()],
+            "prompt": [[key, value] for key, value in self.prompt_buckets.items()],
+            "cpu": {name: [list(sample) for sample in samples] for name, samples in self.cpu_samples.items()},
+        }
+        self.records, self.output_buckets, self.prompt_buckets, self.cpu_samples = [], {}, {}, {}
+        return wire
+
+    def ingest(self, wire: dict[str, Any]) -> list[RequestRecord]:
+        """Add what another process drained; returns its records (for the live exporter)."""
+        records = [RequestRecord.from_wire(item) for item in wire.get("records", [])]
+        self.records.extend(records)
+        for key, value in wire.get("output", []):
+            _add(self.output_buckets, int(key), float(value))
+        for key, value in wire.get("prompt", []):
+            _add(self.prompt_buckets, int(key), float(value))
+        for name, samples in wire.get("cpu", {}).items():
+            self.cpu_samples.setdefault(name, []).extend((float(t), float(c)) for t, c in samples)
+        return records
+
+    def tokens_between(self, start: float, end: float, prompt: bool = False) -> float:
+        buckets = self.prompt_buckets if prompt else self.output_buckets
+        low, high = start * BUCKETS_PER_S, end * BUCKETS_PER_S
+        return sum(value for key, value in buckets.items() if low <= key < high)

@@ -1,0 +1,179 @@
+"""The run folder: report.json, timeline.csv, settings.json (as used; no key is ever
+in it) and report.html with its PNGs. render_run() redraws the HTML and PNGs from
+report.json and timeline.csv alone, which is what `zerogap report RUN_DIR` does."""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from loadtest._console import load_text
+from loadtest._plan import Plan
+from loadtest._record import Recorder
+from loadtest._settings import OutputSection, Settings
+from loadtest._timeline import Sample, build_rows, read_csv, write_csv
+
+REPORT_VERSION = 1
+
+
+class ReportError(Exception):
+    """A run folder that cannot be rendered; str() is the message for the user."""
+
+
+def utc(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_run_dir(output: OutputSection) -> Path:
+    name = output.run_name or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(output.dir) / name
+    suffix = 1
+    while path.exists() and any(path.iterdir()):
+        suffix += 1
+        path = Path(output.dir) / f"{name}-{suffix}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_run(
+    run_dir: Path,
+    settings: Settings,
+    plan: Plan,
+    run_start: float,
+    run_end: float,
+    summary: dict[str, Any],
+    meta: dict[str, Any],
+    recorder: Recorder,
+    samples: list[Sample],
+) -> Path:
+    report = {
+        "zerogap_report": REPORT_VERSION,
+        "run": {
+            "name": run_dir.name,
+            "started_utc": utc(run_start),
+            "ended_utc": utc(run_end),
+            "duration_s": round(run_end - run_start, 3),
+            **meta,
+        },
+        "slo": settings.slo.model_dump(),
+        "steps": summary["steps"],
+        "knee": summary["knee"],
+        "errors": _errors(recorder),
+    }
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    write_csv(build_rows(samples, recorder, plan, run_start), run_dir / "timeline.csv")
+    (run_dir / "settings.json").write_text(settings.model_dump_json(indent=2), encoding="utf-8")
+    return render_run(run_dir)
+
+
+def _errors(recorder: Recorder) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in recorder.records:
+        if not record.ok:
+            counts[record.error_kind] = counts.get(record.error_kind, 0) + 1
+    return counts
+
+
+def read_report(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    report_path, timeline_path = run_dir / "report.json", run_dir / "timeline.csv"
+    if not run_dir.is_dir():
+        raise ReportError(f"{run_dir}: no such folder. Pass a run folder (it holds report.json).")
+    if not report_path.is_file():
+        raise ReportError(f"{run_dir}: no report.json in it. Pass a run folder that a load test wrote.")
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ReportError(f"{report_path}: not valid JSON ({exc}).") from None
+    if not isinstance(report, dict) or not isinstance(report.get("steps"), list):
+        raise ReportError(f"{report_path}: not a zerogap report (no steps list).")
+    rows = read_csv(timeline_path) if timeline_path.is_file() else []
+    return report, rows
+
+
+def render_run(run_dir: Path) -> Path:
+    from loadtest._plots import plot_timeline, plot_vs_load
+
+    report, rows = read_report(run_dir)
+    images = [plot_vs_load(report, run_dir / "vs_load.png").name]
+    if rows:
+        images.append(plot_timeline(report, rows, run_dir / "timeline.png").name)
+    out = run_dir / "report.html"
+    out.write_text(page(f"zerogap load test {report['run'].get('name', run_dir.name)}", report, images), "utf-8")
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return html.escape(str(value))
+
+
+def _gpu_cell(gpu: dict[str, float] | None) -> str | None:
+    return f"{gpu['mean']:.0f}/{gpu['min']:.0f}" if gpu else None
+
+
+STEP_COLUMNS = (
+    ("output tok/s", lambda s: s["output_tps"]),
+    ("total tok/s", lambda s: s["total_tps"]),
+    ("req/s", lambda s: s["rps"]),
+    ("TTFT p50/p90/p99 ms", lambda s: "/".join(_cell(s["ttft_ms"][p]) for p in ("p50", "p90", "p99"))),
+    ("TPOT p50/p90/p99 ms", lambda s: "/".join(_cell(s["tpot_ms"][p]) for p in ("p50", "p90", "p99"))),
+    ("ITL p50/p99 ms", lambda s: "/".join(_cell(s["itl_ms"][p]) for p in ("p50", "p99"))),
+    ("E2E p50/p99 ms", lambda s: "/".join(_cell(s["e2e_ms"][p]) for p in ("p50", "p99"))),
+    ("GPU mean/min %", lambda s: _gpu_cell(s["gpu_util"])),
+    ("token interval ms", lambda s: s.get("token_interval_ms")),
+    ("goodput req/s", lambda s: s["goodput_rps"]),
+    ("ok / failed", lambda s: f"{s['requests_ok']} / {s['requests_failed']}"),
+    ("load-gen CPU %", lambda s: s.get("loadgen_cpu_percent")),
+    ("valid", lambda s: "yes" if s["valid"] else f"NO: {s['invalid_reason']}"),
+    ("tokens from", lambda s: s["token_count_source"]),
+)
+
+
+def steps_table(steps: list[dict[str, Any]], label: str = "") -> str:
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in STEP_COLUMNS)
+    lines = [f"<table><tr>{'<th>run</th>' if label else ''}<th>load</th>{head}</tr>"]
+    for step in steps:
+        cells = "".join(f"<td>{_cell(get(step))}</td>" for _, get in STEP_COLUMNS)
+        run_cell = f"<td>{html.escape(label)}</td>" if label else ""
+        lines.append(f"<tr>{run_cell}<td>{html.escape(load_text(step))}</td>{cells}</tr>")
+    lines.append("</table>")
+    return "\n".join(lines)
+
+
+STYLE = (
+    "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:13px}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
+    ".note{color:#555}"
+)
+
+
+def notes(report: dict[str, Any]) -> list[str]:
+    out = []
+    knee = report.get("knee")
+    out.append(f"Knee: {knee['text']}." if knee else "Knee: none found; TPS still grows 10% or more per step.")
+    for step in report["steps"]:
+        if step["gpu_util"] is None:
+            out.append(f"GPU utilization at {load_text(step)}: not available ({step['gpu_util_reason']}).")
+        if step["token_count_source"] == "chunks":
+            out.append(f"At {load_text(step)} the server sent no usage: output tokens are counted chunks.")
+    if report.get("errors"):
+        out.append("Errors by kind: " + ", ".join(f"{k}: {v}" for k, v in report["errors"].items()))
+    return out
+
+
+def page(title: str, report: dict[str, Any], images: list[str]) -> str:
+    run = report.get("run", {})
+    facts = ", ".join(f"{k}: {v}" for k, v in run.items() if not isinstance(v, dict | list))
+    body = [f"<h1>{html.escape(title)}</h1>", f"<p class=note>{html.escape(facts)}</p>"]
+    body += [f"<p>{html.escape(text)}</p>" for text in notes(report)]
+    body.append(steps_table(report["steps"]))
+    body += [f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' for name in images]
+    body.append("<p class=note>Latencies in ms at 0.1 ms resolution, over each step's measured window.</p>")
+    return f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>" \
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"  # fmt: skip

@@ -1,0 +1,215 @@
+"""settings.json: the article's sections (api, load_test, workload, metrics) plus the
+brief's additions (steps, slo, output), typed and validated.
+
+Every failure becomes one SettingsError whose text names the file, the field and
+what to do; the harness prints it and exits non-zero, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator, model_validator
+
+SETTINGS_ENV = "ZEROGAP_SETTINGS"
+DEFAULT_SETTINGS = "settings.json"
+
+
+class SettingsError(Exception):
+    """Settings that cannot be used; str() is the message for the user."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def _check_url(value: str) -> str:
+    HttpUrl(value)
+    return value.rstrip("/")
+
+
+class ApiSection(_Section):
+    base_url: str = "http://127.0.0.1:8000/api"
+    api_key_env: str = Field("TAOTOKEN_API_KEY", description='env var holding the key; "" sends no key')
+    endpoint: Literal["chat", "completions"] = "chat"
+    connect_timeout_seconds: float = Field(10.0, gt=0)
+    timeout_seconds: float = Field(600.0, gt=0, description="longest wait for the next byte of a response")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_in_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError(
+                "api_key must not be written in settings.json; put the key in an environment variable "
+                "and name it in api.api_key_env"
+            )
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value)
+
+    def path(self) -> str:
+        return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+
+
+class LoadTestSection(_Section):
+    concurrency: int = Field(128, ge=1, le=100_000)
+    duration_seconds: float = Field(300.0, gt=0)
+    request_rate: float = Field(0.0, ge=0, description="> 0: open-loop Poisson arrivals, requests/s")
+    warmup_seconds: float = Field(30.0, ge=0)
+    steps: list[float] = Field(default_factory=lambda: [32.0, 128.0, 256.0])
+    step_duration_seconds: float = Field(180.0, gt=0)
+    measure_last_seconds: float = Field(120.0, gt=0)
+    spawn_rate: float = Field(0.0, ge=0, description="users started per second; 0 = all at once")
+
+    @field_validator("steps")
+    @classmethod
+    def _positive(cls, value: list[float]) -> list[float]:
+        for index, step in enumerate(value):
+            if step <= 0:
+                raise ValueError(f"steps[{index}] is {step}; every step must be > 0")
+        return value
+
+    @model_validator(mode="after")
+    def _whole_users(self) -> LoadTestSection:
+        if self.request_rate == 0:
+            for index, step in enumerate(self.steps):
+                if step != int(step):
+                    raise ValueError(f"steps[{index}] is {step}; with request_rate 0 a step is a user count")
+        if self.steps and self.measure_last_seconds > self.step_duration_seconds:
+            raise ValueError(
+                f"measure_last_seconds ({self.measure_last_seconds}) is longer than step_duration_seconds "
+                f"({self.step_duration_seconds}); make it at most the step's length"
+            )
+        return self
+
+
+class WorkloadSection(_Section):
+    model: str = Field("tiny-llama", min_length=1)
+    input_tokens: int = Field(512, ge=1, le=1_000_000)
+    max_output_tokens: int = Field(256, ge=1, le=1_000_000)
+    ignore_eos: bool = True
+    temperature: float = Field(0.0, ge=0)
+    prompt_tokens_from: Literal["tokenize", "approx"] = "tokenize"
+    tokenize_url: str = Field("", description='POST endpoint counting tokens; "" tries {base_url}/tokenize, /tokenize')
+    unique_prompts: bool = True
+
+    @field_validator("tokenize_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value) if value else value
+
+
+class GpuUtilSection(_Section):
+    source: Literal["backend_metrics", "nvml", "prometheus", "none"] = "backend_metrics"
+    backend_metric: str = "zerogap_sim_gpu_busy_ratio"
+    backend_metric_unit: Literal["ratio", "percent"] = "ratio"
+    prometheus_url: str = "http://127.0.0.1:9090"
+    prometheus_query: str = "avg(DCGM_FI_DEV_GPU_UTIL)"
+    prometheus_unit: Literal["ratio", "percent"] = "percent"
+    nvml_devices: list[int] = Field(default_factory=list, description="GPU indexes; empty = all")
+
+
+class MetricsSection(_Section):
+    sample_interval_ms: int = Field(1000, ge=50, le=60_000)
+    gpu_util: GpuUtilSection = Field(default_factory=GpuUtilSection)
+    backend_metrics_urls: list[str] = Field(default_factory=list, description="each backend's /metrics URL")
+    scrape_timeout_seconds: float = Field(2.0, gt=0)
+    exporter_port: int = Field(9646, ge=0, le=65535, description="the load generator's own /metrics; 0 = off")
+    exporter_host: str = "127.0.0.1"
+    saturation_cpu_percent: float = Field(90.0, gt=0, le=100, description="load-generator CPU that invalidates")
+    max_send_lag_ms: float = Field(100.0, gt=0, description="open loop: p90 send lag that invalidates a step")
+
+    @field_validator("backend_metrics_urls")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        return [_check_url(url) for url in value]
+
+
+class SloSection(_Section):
+    ttft_ms: float = Field(2000.0, gt=0)
+    tpot_ms: float = Field(100.0, gt=0)
+
+
+class OutputSection(_Section):
+    dir: str = "runs"
+    run_name: str = Field("", description='the run folder\'s name; "" = UTC timestamp')
+
+
+class Settings(_Section):
+    api: ApiSection = Field(default_factory=ApiSection)
+    load_test: LoadTestSection = Field(default_factory=LoadTestSection)
+    workload: WorkloadSection = Field(default_factory=WorkloadSection)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+    slo: SloSection = Field(default_factory=SloSection)
+    output: OutputSection = Field(default_factory=OutputSection)
+
+    def api_key(self, env: Mapping[str, str] | None = None) -> str:
+        """The key from the environment variable api.api_key_env names ("" when none is named)."""
+        name = self.api.api_key_env
+        if not name:
+            return ""
+        value = (os.environ if env is None else env).get(name, "")
+        if not value:
+            raise SettingsError(
+                f"api.api_key_env: environment variable {name} is not set. Export it (export {name}=...), "
+                'or set api.api_key_env to "" for a backend that needs no key.'
+            )
+        return value
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"{_field(loc)}: unknown field. Remove it or check its spelling."
+    got = error.get("input")
+    shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{_field(loc)}: {message}{shown}. Fix the value."
+
+
+def parse_settings(text: str, source: str = DEFAULT_SETTINGS) -> Settings:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{source}: not valid JSON: {exc}. Fix the syntax.") from None
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{source}: the top level must be a JSON object {{...}}.")
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = "\n  ".join(_describe(e) for e in exc.errors())
+        raise SettingsError(f"{source}: {exc.error_count()} problem(s):\n  {problems}") from None
+
+
+def settings_path(cli_value: str | None, env: Mapping[str, str] | None = None) -> Path:
+    """--settings PATH, else $ZEROGAP_SETTINGS, else ./settings.json."""
+    environ = os.environ if env is None else env
+    return Path(cli_value or environ.get(SETTINGS_ENV) or DEFAULT_SETTINGS)
+
+
+def load_settings(path: str | Path) -> Settings:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SettingsError(
+            f"{file}: no such file. Pass --settings PATH, set {SETTINGS_ENV}, or run from the folder "
+            "that has settings.json."
+        ) from None
+    except OSError as exc:
+        raise SettingsError(f"{file}: cannot be read ({exc.strerror}).") from None
+    return parse_settings(text, str(file))

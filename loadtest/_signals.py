@@ -1,0 +1,132 @@
+"""Server-side signals on the load test's timeline: GPU utilization (NVML, a
+Prometheus / DCGM-exporter query, or the backends' own /metrics) and the backends'
+running / waiting / KV-cache usage / token interval, read from their /metrics."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadtest._settings import MetricsSection
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+TOKEN_INTERVAL = "zerogap_sim_token_interval_seconds"
+
+
+@dataclass
+class BackendScrape:
+    values: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per backend
+    errors: list[str] = field(default_factory=list)
+
+    def total(self, name: str) -> float | None:
+        found = self.values.get(name)
+        return sum(found) if found else None
+
+    def mean(self, name: str) -> float | None:
+        found = self.values.get(name)
+        return sum(found) / len(found) if found else None
+
+
+def _get(url: str, timeout_s: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        data: bytes = response.read()
+        return data.decode("utf-8", "replace")
+
+
+def scrape_backends(urls: list[str], names: set[str], timeout_s: float) -> BackendScrape:
+    """Sum each wanted metric's samples per backend (over its labels)."""
+    scrape = BackendScrape()
+    for url in urls:
+        try:
+            text = _get(url, timeout_s)
+            per_backend: dict[str, float] = {}
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name in names:
+                        per_backend[sample.name] = per_backend.get(sample.name, 0.0) + float(sample.value)
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            scrape.errors.append(f"{url}: {exc}")
+            continue
+        for name, value in per_backend.items():
+            scrape.values.setdefault(name, []).append(value)
+    return scrape
+
+
+class GpuUtil:
+    """GPU utilization in percent from the configured source; (None, reason) when unavailable."""
+
+    def __init__(self, metrics: MetricsSection) -> None:
+        self.settings = metrics.gpu_util
+        self.timeout_s = metrics.scrape_timeout_seconds
+        self.has_backends = bool(metrics.backend_metrics_urls)
+        self._nvml: list[Any] | None = None
+        self._nvml_error = ""
+
+    def metric_names(self) -> set[str]:
+        return {self.settings.backend_metric} if self.settings.source == "backend_metrics" else set()
+
+    def sample(self, scrape: BackendScrape) -> tuple[float | None, str]:
+        source = self.settings.source
+        if source == "none":
+            return None, 'metrics.gpu_util.source is "none"'
+        if source == "backend_metrics":
+            return self._from_backends(scrape)
+        if source == "prometheus":
+            return self._from_prometheus()
+        return self._from_nvml()
+
+    def _from_backends(self, scrape: BackendScrape) -> tuple[float | None, str]:
+        if not self.has_backends:
+            return None, "metrics.backend_metrics_urls is empty"
+        value = scrape.mean(self.settings.backend_metric)
+        if value is None:
+            why = "; ".join(scrape.errors) or "no backend exports it"
+            return None, f"{self.settings.backend_metric}: {why}"
+        return (value * 100.0 if self.settings.backend_metric_unit == "ratio" else value), ""
+
+    def _from_prometheus(self) -> tuple[float | None, str]:
+        query = urllib.parse.urlencode({"query": self.settings.prometheus_query})
+        url = f"{self.settings.prometheus_url.rstrip('/')}/api/v1/query?{query}"
+        try:
+            answer = json.loads(_get(url, self.timeout_s))
+            values = [float(item["value"][1]) for item in answer["data"]["result"]]
+        except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError) as exc:
+            return None, f"prometheus query failed: {exc}"
+        if not values:
+            return None, f"prometheus query {self.settings.prometheus_query!r} returned no series"
+        mean = sum(values) / len(values)
+        return (mean * 100.0 if self.settings.prometheus_unit == "ratio" else mean), ""
+
+    def _from_nvml(self) -> tuple[float | None, str]:
+        handles = self._nvml_handles()
+        if not handles:
+            return None, f"nvml: {self._nvml_error or 'no GPU found'}"
+        import pynvml
+
+        try:
+            rates = [float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu) for handle in handles]
+        except pynvml.NVMLError as exc:
+            return None, f"nvml: {exc}"
+        return sum(rates) / len(rates), ""
+
+    def _nvml_handles(self) -> list[Any]:
+        if self._nvml is not None:
+            return self._nvml
+        self._nvml = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            indexes = self.settings.nvml_devices or list(range(pynvml.nvmlDeviceGetCount()))
+            self._nvml = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in indexes]
+        except Exception as exc:  # pynvml raises NVMLError subclasses, or ImportError/OSError without a driver
+            self._nvml_error = str(exc) or type(exc).__name__
+        return self._nvml

@@ -1,0 +1,166 @@
+"""Per-step figures from the records and the timeline: the report.json contract.
+
+Each step is measured over its window (its last measure_last_seconds). TPS counts
+the tokens that arrived in the window; latency figures come from the requests that
+ended in it. A step whose load generator saturated is marked valid: false.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+from loadtest._client import INTERRUPTED
+from loadtest._histogram import Histogram
+from loadtest._plan import Phase, Plan
+from loadtest._record import Recorder, RequestRecord
+from loadtest._settings import Settings
+from loadtest._timeline import Sample
+
+KNEE_GROWTH = 0.10
+
+
+def _mean_min(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"mean": round(sum(values) / len(values), 2), "min": round(min(values), 2)}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return round(sum(found) / len(found), 3) if found else None
+
+
+def _latencies(records: list[RequestRecord]) -> dict[str, Histogram]:
+    hists = {name: Histogram() for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
+    for record in records:
+        if record.ttft_s is not None:
+            hists["ttft_ms"].add_ms(record.ttft_s * 1000)
+        tpot = record.tpot_s
+        if tpot is not None:
+            hists["tpot_ms"].add_ms(tpot * 1000)
+        hists["itl_ms"].merge(record.itl)
+        hists["e2e_ms"].add_ms(record.e2e_s * 1000)
+    return hists
+
+
+def _gpu(samples: list[Sample]) -> tuple[dict[str, float] | None, str | None]:
+    values = [s.gpu_util for s in samples if s.gpu_util is not None]
+    if values:
+        return _mean_min(values), None
+    reasons = [s.gpu_util_reason for s in samples if s.gpu_util_reason]
+    return None, (reasons[-1] if reasons else "no sample in the measured window")
+
+
+def _validity(settings: Settings, cpu: float | None, lag: Histogram, open_loop: bool) -> tuple[bool, str | None]:
+    limit = settings.metrics.saturation_cpu_percent
+    if cpu is not None and cpu >= limit:
+        return False, f"load generator CPU {cpu:.0f}% >= {limit:.0f}%: add --processes or workers"
+    lag_p90 = lag.percentile(90)
+    if open_loop and lag_p90 is not None and lag_p90 > settings.metrics.max_send_lag_ms:
+        return False, f"send lag p90 {lag_p90:.1f} ms > {settings.metrics.max_send_lag_ms:.0f} ms: too few users"
+    return True, None
+
+
+def _window_cpu(recorder: Recorder, start: float, end: float) -> float | None:
+    means = []
+    for samples in recorder.cpu_samples.values():
+        inside = [cpu for wall, cpu in samples if start <= wall < end]
+        if inside:
+            means.append(sum(inside) / len(inside))
+    return round(max(means), 1) if means else None
+
+
+def summarize_step(
+    settings: Settings,
+    plan: Plan,
+    phase: Phase,
+    run_start: float,
+    run_end: float,
+    recorder: Recorder,
+    samples: list[Sample],
+) -> dict[str, Any] | None:
+    start = run_start + phase.measure_start_s
+    end = min(run_start + phase.end_s, run_end)
+    if end - start <= 0:
+        return None
+    duration = end - start
+    ended = [r for r in recorder.records if start <= r.end < end and r.error_kind != INTERRUPTED]
+    ok = [r for r in ended if r.ok]
+    failed = Counter(r.error_kind for r in ended if not r.ok)
+    hists = _latencies(ok)
+    lag = Histogram()
+    lag.add_many_ms(r.send_lag_s * 1000 for r in ended if r.send_lag_s is not None)
+    output = recorder.tokens_between(start, end)
+    prompt = recorder.tokens_between(start, end, prompt=True)
+    slo = settings.slo
+    good = [r for r in ok if (r.ttft_s or 0) * 1000 <= slo.ttft_ms and (r.tpot_s or 0) * 1000 <= slo.tpot_ms]
+    inside = [s for s in samples if start <= s.wall < end]
+    gpu, gpu_reason = _gpu(inside)
+    cpu = _window_cpu(recorder, start, end)
+    valid, invalid_reason = _validity(settings, cpu, lag, plan.open_loop)
+    interval = _mean([s.token_interval_ms for s in inside])
+    step: dict[str, Any] = {"index": phase.index}
+    step["request_rate" if plan.open_loop else "concurrency"] = phase.load
+    step.update(
+        users=plan.users_for(phase),
+        start_s=round(phase.start_s, 3),
+        end_s=round(phase.end_s, 3),
+        duration_s=round(duration, 3),
+        complete=run_start + phase.end_s <= run_end + 0.5,
+        requests_ok=len(ok),
+        requests_failed=sum(failed.values()),
+        errors=dict(failed),
+        output_tps=round(output / duration, 2),
+        total_tps=round((output + prompt) / duration, 2),
+        rps=round(len(ok) / duration, 3),
+        **{name: hist.summary() for name, hist in hists.items()},
+        gpu_util=gpu,
+        gpu_util_reason=gpu_reason,
+        goodput_rps=round(len(good) / duration, 3),
+        valid=valid,
+        invalid_reason=invalid_reason,
+        token_count_source="usage" if ok and all(r.token_source == "usage" for r in ok) else "chunks",
+        input_tokens_mean=_mean([float(r.prompt_tokens) for r in ok]),
+        output_tokens_mean=_mean([float(r.output_tokens) for r in ok]),
+        loadgen_cpu_percent=cpu,
+        send_lag_ms=lag.summary() if plan.open_loop else None,
+        token_interval_ms=interval,
+        backend={
+            "running_mean": _mean([s.running for s in inside]),
+            "waiting_mean": _mean([s.waiting for s in inside]),
+            "kv_cache_usage_mean": _mean([s.kv_cache_usage for s in inside]),
+        },
+    )
+    return step
+
+
+def find_knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The step after which TPS grows less than 10% while latency grows."""
+    for here, after in itertools.pairwise(steps):
+        if not here["output_tps"]:
+            continue
+        growth = after["output_tps"] / here["output_tps"] - 1.0
+        latency_here = (here["tpot_ms"]["p50"] or 0.0) + (here["ttft_ms"]["p50"] or 0.0)
+        latency_after = (after["tpot_ms"]["p50"] or 0.0) + (after["ttft_ms"]["p50"] or 0.0)
+        if growth < KNEE_GROWTH and latency_after > latency_here:
+            load = here.get("concurrency", here.get("request_rate"))
+            return {
+                "step": here["index"],
+                "load": load,
+                "tps_growth_to_next": round(growth, 4),
+                "text": f"TPS grows {growth * 100:.1f}% after {load} while latency grows: more load only queues",
+            }
+    return None
+
+
+def summarize_run(
+    settings: Settings, plan: Plan, run_start: float, run_end: float, recorder: Recorder, samples: list[Sample]
+) -> dict[str, Any]:
+    steps = [
+        step
+        for phase in plan.steps
+        if (step := summarize_step(settings, plan, phase, run_start, run_end, recorder, samples)) is not None
+    ]
+    return {"steps": steps, "knee": find_knee(steps)}

@@ -1,0 +1,160 @@
+"""The run's one timeline: server-side samples taken live every sample_interval_ms
+(users, GPU utilization, backend queues, load-generator CPU), joined at the end with
+the client-side figures of the same intervals (TPS, TTFT, TPOT) from the records."""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest._histogram import Histogram
+from loadtest._plan import Plan
+from loadtest._record import Recorder
+from loadtest._settings import MetricsSection
+from loadtest._signals import KV_USAGE, RUNNING, TOKEN_INTERVAL, WAITING, GpuUtil, scrape_backends
+
+
+@dataclass
+class Sample:
+    wall: float
+    users: int
+    gpu_util: float | None
+    gpu_util_reason: str
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+    token_interval_ms: float | None
+
+
+class Sampler:
+    """Takes one Sample per call; the caller runs it every sample_interval_ms."""
+
+    def __init__(self, metrics: MetricsSection) -> None:
+        self.metrics = metrics
+        self.gpu = GpuUtil(metrics)
+        self.names = {RUNNING, WAITING, KV_USAGE, TOKEN_INTERVAL} | self.gpu.metric_names()
+        self.samples: list[Sample] = []
+
+    def sample(self, users: int) -> Sample:
+        wall = time.time()
+        scrape = scrape_backends(self.metrics.backend_metrics_urls, self.names, self.metrics.scrape_timeout_seconds)
+        gpu, reason = self.gpu.sample(scrape)
+        interval = scrape.mean(TOKEN_INTERVAL)
+        sample = Sample(
+            wall=wall,
+            users=users,
+            gpu_util=None if gpu is None else round(gpu, 2),
+            gpu_util_reason=reason,
+            running=scrape.total(RUNNING),
+            waiting=scrape.total(WAITING),
+            kv_cache_usage=scrape.mean(KV_USAGE),
+            token_interval_ms=None if interval is None else interval * 1000.0,
+        )
+        self.samples.append(sample)
+        return sample
+
+
+COLUMNS = [
+    "time_s",
+    "phase",
+    "users",
+    "output_tps",
+    "total_tps",
+    "rps",
+    "ttft_p50_ms",
+    "tpot_p50_ms",
+    "gpu_util",
+    "gpu_util_reason",
+    "backend_running",
+    "backend_waiting",
+    "kv_cache_usage",
+    "token_interval_ms",
+    "loadgen_cpu_percent",
+]
+
+
+def _phase_name(plan: Plan, run_time_s: float) -> str:
+    phase = plan.phase_at(run_time_s)
+    if phase is None:
+        return "end"
+    return "warmup" if phase.index < 0 else f"step{phase.index}"
+
+
+def _cpu_between(recorder: Recorder, start: float, end: float) -> float | None:
+    """The busiest load-generator process's mean CPU in [start, end)."""
+    means = []
+    for samples in recorder.cpu_samples.values():
+        inside = [cpu for wall, cpu in samples if start <= wall < end]
+        if inside:
+            means.append(sum(inside) / len(inside))
+    return max(means) if means else None
+
+
+def build_rows(samples: list[Sample], recorder: Recorder, plan: Plan, run_start: float) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    records = sorted((r for r in recorder.records if r.ok), key=lambda r: r.end)
+    ends = [r.end for r in records]
+    previous = run_start
+    for sample in samples:
+        span = sample.wall - previous
+        if span <= 0:
+            continue
+        done = records[bisect.bisect_left(ends, previous) : bisect.bisect_left(ends, sample.wall)]
+        ttft, tpot = Histogram(), Histogram()
+        for record in done:
+            if record.ttft_s is not None:
+                ttft.add_ms(record.ttft_s * 1000)
+            if record.tpot_s is not None:
+                tpot.add_ms(record.tpot_s * 1000)
+        output = recorder.tokens_between(previous, sample.wall)
+        prompt = recorder.tokens_between(previous, sample.wall, prompt=True)
+        cpu = _cpu_between(recorder, previous, sample.wall)
+        values = asdict(sample)
+        rows.append(
+            {
+                "time_s": round(sample.wall - run_start, 3),
+                "phase": _phase_name(plan, sample.wall - run_start - 1e-6),
+                "users": sample.users,
+                "output_tps": round(output / span, 2),
+                "total_tps": round((output + prompt) / span, 2),
+                "rps": round(len(done) / span, 3),
+                "ttft_p50_ms": ttft.percentile(50),
+                "tpot_p50_ms": tpot.percentile(50),
+                "gpu_util": values["gpu_util"],
+                "gpu_util_reason": values["gpu_util_reason"],
+                "backend_running": values["running"],
+                "backend_waiting": values["waiting"],
+                "kv_cache_usage": values["kv_cache_usage"],
+                "token_interval_ms": values["token_interval_ms"],
+                "loadgen_cpu_percent": None if cpu is None else round(cpu, 1),
+            }
+        )
+        previous = sample.wall
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: "" if row.get(key) is None else row[key] for key in COLUMNS})
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """timeline.csv back into rows: numbers as floats, empty cells as None."""
+    rows: list[dict[str, Any]] = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for raw in csv.DictReader(handle):
+            row: dict[str, Any] = {}
+            for key, text in raw.items():
+                if key in ("phase", "gpu_util_reason"):
+                    row[key] = text
+                else:
+                    row[key] = float(text) if text not in ("", None) else None
+            rows.append(row)
+    return rows
