@@ -43,7 +43,8 @@ class ModelPool:
         skip = set(exclude)
         n = len(self.backends)
         start = self._next
-        self._next = (start + 1) % n
+        if not skip:  # a retry does not move the rotation
+            self._next = (start + 1) % n
         best: Backend | None = None
         for i in range(n):
             b = self.backends[(start + i) % n]

@@ -104,6 +104,7 @@ async def test_client_disconnect_is_recorded_and_restart_on_same_port() -> None:
         with pytest.raises(aiohttp.ClientConnectionError):
             await post(up.url + "/v1/completions", {"prompt": "x"})
         up.start()
+        up.behavior.ttft_s = 0
         assert up.port == port
         status, _ = await post(up.url + "/v1/completions", {"prompt": "x"})
         assert status == 200

@@ -1,0 +1,140 @@
+"""A real gateway (uvicorn, real sockets) in a background thread, and configs for it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvicorn
+
+from gateway.app import create_app
+from gateway.state import Gateway
+from tests.conftest import free_port
+from zerogap.config import Config, parse_config
+
+UNIFIED = "unified-secret-123"
+
+
+def make_config(
+    tmp_path: Path,
+    backends: Iterable[tuple[str, str, str]],
+    gateway: dict[str, Any] | None = None,
+    api_key: str = UNIFIED,
+    port: int = 0,
+    extra: str = "",
+) -> Config:
+    """backends: (name, url, model) triples; gateway: [gateway] keys."""
+    port = port or free_port()
+    settings = {"key_store": "keys.db", "health_interval_s": 0.2, "load_scrape_interval_s": 0.1, **(gateway or {})}
+    lines = [
+        "[server]",
+        f'port = {port}\napi_key = "{api_key}"\nbase_url = "http://127.0.0.1:{port}/api"',
+        "[gateway]",
+        *(f"{k} = {json.dumps(v)}" for k, v in settings.items()),
+    ]
+    for name, url, model in backends:
+        lines += ["[[backends]]", f'name = "{name}"\nurl = "{url}"\nmodel = "{model}"']
+    text = "\n".join(lines) + "\n" + extra
+    return parse_config(text, str(tmp_path / "config.toml"), env={}, base_dir=tmp_path)
+
+
+class GatewayServer:
+    """uvicorn serving create_app(config) on its own thread and event loop."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.app = create_app(config)
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                self.app,
+                host="127.0.0.1",
+                port=config.server.port,
+                loop="asyncio",
+                http="httptools",
+                ws="none",
+                access_log=False,
+                log_config=None,
+                lifespan="on",
+                timeout_graceful_shutdown=2,
+            )
+        )
+        self.thread = threading.Thread(target=self.server.run, name="gateway", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.config.server.port}"
+
+    @property
+    def gw(self) -> Gateway:
+        gw: Gateway = self.app.state.gateway
+        return gw
+
+    def __enter__(self) -> GatewayServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def auth(key: str = UNIFIED) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def chat_body(model: str = "m", stream: bool = True, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "say hello"}], "stream": stream, **extra}
+
+
+async def post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    timeout = aiohttp.ClientTimeout(total=20)
+    async with aiohttp.ClientSession(timeout=timeout) as s, s.post(url, json=body, headers=headers) as resp:
+        return resp.status, dict(resp.headers), await resp.read()
+
+
+async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession() as s, s.get(url, headers=headers) as resp:
+        return resp.status, await resp.read()
+
+
+def events(raw: bytes) -> list[str]:
+    """The data: payloads of an SSE body."""
+    return [e[6:] for e in raw.decode().split("\n\n") if e.startswith("data: ")]
+
+
+def error_of(raw: bytes) -> dict[str, Any]:
+    obj = json.loads(raw)
+    assert set(obj) == {"error"} and set(obj["error"]) == {"message", "type", "param", "code"}, obj
+    err: dict[str, Any] = obj["error"]
+    return err
+
+
+async def wait_until(predicate: Any, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(predicate())
+
+
+def metric(text: bytes, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.decode().splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
