@@ -1,0 +1,102 @@
+"""Virtual keys through a real gateway: models, revocation, expiry, rate limits, usage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from gateway.keystore import KeyStore
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
+
+
+def store_of(gs: GatewayServer) -> KeyStore:
+    return KeyStore(gs.config.resolve_path(gs.config.gateway.key_store))
+
+
+async def wait_status(url: str, key: str, status: int, timeout_s: float) -> float:
+    """Seconds until a request with `key` gets `status` (bounded)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if (await post(url, chat_body(stream=False), auth(key)))[0] == status:
+            return time.monotonic() - start
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {status} within {timeout_s} s")
+
+
+async def test_virtual_key_models_and_revocation_within_a_second(tmp_path) -> None:
+    with UpstreamServer(model="m") as up, UpstreamServer(model="other") as up2:
+        config = make_config(tmp_path, [("b0", up.url, "m"), ("b1", up2.url, "other")])
+        with GatewayServer(config) as gs:
+            store = store_of(gs)
+            key = store.create("alice", models=["m"])
+            url = gs.url + "/v1/chat/completions"
+            await wait_status(url, key, 200, 2)  # picked up without a restart
+            status, _, raw = await post(url, chat_body(model="other"), auth(key))
+            assert status == 403 and error_of(raw)["code"] == "model_not_allowed"
+            _, models = await get(gs.url + "/v1/models", auth(key))
+            assert [m["id"] for m in json.loads(models)["data"]] == ["m"]
+            store.revoke("alice")
+            assert await wait_status(url, key, 401, 3) < 1.0
+            store.close()
+
+
+async def test_expired_key_is_refused(tmp_path) -> None:
+    with UpstreamServer(model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
+            store = store_of(gs)
+            key = store.create("brief", expires_at=time.time() + 1.0)
+            url = gs.url + "/v1/chat/completions"
+            await wait_status(url, key, 200, 2)
+            await asyncio.sleep(max(0.0, store.keys()[0].expires_at - time.time()))  # type: ignore[operator]
+            status, _, raw = await post(url, chat_body(), auth(key))
+            store.close()
+    assert status == 401 and "has expired" in error_of(raw)["message"]
+
+
+async def test_requests_per_minute_limit(tmp_path) -> None:
+    with UpstreamServer(model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
+            store = store_of(gs)
+            key = store.create("rpm2", rpm=2)
+            store.close()
+            url = gs.url + "/v1/chat/completions"
+            await wait_status(url, key, 200, 2)
+            status, _, _ = await post(url, chat_body(), auth(key))
+            assert status == 200
+            status, headers, raw = await post(url, chat_body(), auth(key))
+            assert status == 429 and error_of(raw)["code"] == "rate_limit_requests"
+            assert 20 <= int(headers["Retry-After"]) <= 31  # one request back after 30 s at 2/min
+            assert (await post(url, chat_body(), auth()))[0] == 200  # the unified key is not limited
+            _, text = await get(gs.url + "/metrics")
+    assert metric(text, "zerogap_ratelimited_total", key="rpm2", limit="rpm") == 1
+    assert len(up.requests) == 3
+
+
+async def test_tokens_per_minute_limit_counts_usage(tmp_path) -> None:
+    with UpstreamServer(Behavior(num_output_tokens=40), model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
+            store = store_of(gs)
+            key = store.create("tpm60", tpm=60)
+            store.close()
+            url = gs.url + "/v1/chat/completions"
+            await wait_status(url, key, 200, 2)  # 2 prompt + 40 completion tokens: 18 left
+            assert (await post(url, chat_body(), auth(key)))[0] == 200  # admitted, then overdrawn
+            status, headers, raw = await post(url, chat_body(), auth(key))
+    assert status == 429 and error_of(raw)["code"] == "rate_limit_tokens"
+    assert int(headers["Retry-After"]) >= 20  # 24 tokens overdrawn at 1 token/s
+
+
+async def test_usage_is_written_to_the_store(tmp_path) -> None:
+    with UpstreamServer(Behavior(num_output_tokens=5), model="m") as up:
+        config = make_config(tmp_path, [("b0", up.url, "m")], {"usage_flush_interval_s": 60})
+        with GatewayServer(config) as gs:
+            store = store_of(gs)
+            key = store.create("carol")
+            await wait_status(gs.url + "/v1/chat/completions", key, 200, 2)
+            assert (await post(gs.url + "/v1/chat/completions", chat_body(), auth()))[0] == 200
+        rows = {(r.key_name, r.model): r for r in store.usage()}  # flushed on shutdown
+        store.close()
+    assert rows[("carol", "m")].completion_tokens == 5 and rows[("carol", "m")].num_requests == 1
+    assert rows[("unified", "m")].prompt_tokens == 2 and rows[("unified", "m")].completion_tokens == 5
