@@ -39,6 +39,9 @@ from loadtest._timeline import Sampler
 log = logging.getLogger("zerogap.loadtest")
 WIRE_KEY = "zerogap"
 FINAL_WAIT_S = 12.0
+STOP_MESSAGE = "zerogap_stop"
+FINAL_MESSAGE = "zerogap_final"
+NONCE_SHAPE = "000000 "  # each prompt starts with a random 6-digit number: no two share a prefix cache entry
 
 
 def fail(message: str) -> None:
@@ -66,7 +69,6 @@ class Harness:
         self.greenlets: list[gevent.Greenlet] = []
         self.finals: set[str] = set()
         self.workers_seen: set[str] = set()
-        self.final_pending = False
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
 
     # ----- roles -----
@@ -108,6 +110,7 @@ class Harness:
         events.report_to_master.add_listener(self.on_report_to_master)
         events.worker_report.add_listener(self.on_worker_report)
         events.quitting.add_listener(self.on_quitting)
+        self.register_messages()
         log.info("zerogap: settings from %s; %s", path, self.describe_plan())
 
     def describe_plan(self) -> str:
@@ -120,7 +123,7 @@ class Harness:
     def on_test_start(self, environment: Environment, **_: Any) -> None:
         assert self.settings is not None and self.plan is not None
         self.recorder = Recorder()
-        self.finals, self.workers_seen, self.final_pending = set(), set(), False
+        self.finals, self.workers_seen = set(), set()
         self.run_start = time.time()
         if not self.is_master:
             self.prepare_prompt()
@@ -143,7 +146,8 @@ class Harness:
         if workload.prompt_tokens_from == "tokenize":
             urls = tokenize_urls(self.base_url, workload.tokenize_url)
             counter = tokenize_counter(urls, workload.model, self.settings.metrics.scrape_timeout_seconds)
-        self.prompt, self.prompt_source = calibrate(workload.input_tokens, counter)
+        prefix = NONCE_SHAPE if workload.unique_prompts else ""
+        self.prompt, self.prompt_source = calibrate(workload.input_tokens, counter, prefix)
         if workload.prompt_tokens_from == "tokenize" and self.prompt_source != "tokenize":
             log.warning("zerogap: no /tokenize answered; prompts use the approximation (one word = one token)")
 
@@ -162,7 +166,7 @@ class Harness:
     def body(self) -> bytes:
         assert self.settings is not None
         workload = self.settings.workload
-        text = f"{random.randrange(10**6)} {self.prompt}" if workload.unique_prompts else self.prompt
+        text = f"{random.randrange(10**6):06d} {self.prompt}" if workload.unique_prompts else self.prompt
         payload: dict[str, Any] = {
             "model": workload.model,
             "max_tokens": workload.max_output_tokens,
@@ -244,7 +248,7 @@ class Harness:
 
     def print_progress(self) -> None:
         assert self.settings is not None and self.plan is not None and self.sampler is not None
-        delay_s = FINAL_WAIT_S / 3 if self.is_master else 0.2
+        delay_s = 4.0 if self.is_master else 0.2  # workers report every 3 s
         steps = self.plan.steps
         for phase in steps[:-1]:
             gevent.sleep(max(0.0, self.run_start + phase.end_s + delay_s - time.time()))
@@ -255,23 +259,43 @@ class Harness:
                 print(progress_line(step, len(steps)), flush=True)
 
     # ----- master <-> workers -----
+    def register_messages(self) -> None:
+        runner = self.runner
+        if isinstance(runner, WorkerRunner):
+            runner.register_message(STOP_MESSAGE, self.on_stop_message)
+        elif isinstance(runner, MasterRunner):
+            runner.register_message(FINAL_MESSAGE, self.on_final_message)
+
     def on_report_to_master(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        data[WIRE_KEY] = self.wire()
+
+    def wire(self) -> dict[str, Any]:
         wire = self.recorder.drain()
-        wire["final"] = self.final_pending
         wire["prompt_source"] = self.prompt_source
-        data[WIRE_KEY] = wire
+        return wire
 
     def on_worker_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
         wire = data.get(WIRE_KEY)
-        if not wire:
-            return
-        self.workers_seen.add(client_id)
+        if wire:
+            self.ingest(wire)
+
+    def ingest(self, wire: dict[str, Any]) -> None:
+        self.prompt_source = str(wire.get("prompt_source", self.prompt_source))
         for record in self.recorder.ingest(wire):
             if self.exporter is not None:
                 self.exporter.observe(record)
-        self.prompt_source = str(wire.get("prompt_source", self.prompt_source))
-        if wire.get("final"):
-            self.finals.add(client_id)
+
+    def on_stop_message(self, environment: Environment, msg: Any, **_: Any) -> None:
+        """Worker: the master is finishing the run; stop the users and send the rest now."""
+        runner = self.runner
+        assert isinstance(runner, WorkerRunner)
+        runner.stop()
+        runner.send_message(FINAL_MESSAGE, {"client_id": runner.client_id, WIRE_KEY: self.wire()})
+
+    def on_final_message(self, environment: Environment, msg: Any, **_: Any) -> None:
+        data = msg.data or {}
+        self.ingest(data.get(WIRE_KEY) or {})
+        self.finals.add(str(data.get("client_id", msg.node_id)))
 
     # ----- stop -----
     def on_test_stop(self, environment: Environment, **_: Any) -> None:
@@ -280,17 +304,21 @@ class Harness:
             greenlet.kill(block=False)
         self.greenlets = []
         if self.is_worker:
-            self.final_pending = True
             return
-        if self.is_master:
-            self.wait_for_workers()
+        if isinstance(self.runner, MasterRunner):
+            self.collect_from_workers(self.runner)
         self.finish(run_end)
 
-    def wait_for_workers(self) -> None:
+    def collect_from_workers(self, runner: MasterRunner) -> None:
+        """Ask every worker to stop and send what it has; wait for all of them (bounded)."""
+        expected = {client.id for client in runner.clients.all}
+        self.finals = set()
+        runner.send_message(STOP_MESSAGE)
         deadline = time.time() + FINAL_WAIT_S
-        while time.time() < deadline and not (self.workers_seen and self.workers_seen <= self.finals):
-            gevent.sleep(0.2)
-        missing = self.workers_seen - self.finals
+        while time.time() < deadline and not expected <= self.finals:
+            gevent.sleep(0.05)
+        self.workers_seen = expected
+        missing = expected - self.finals
         if missing:
             log.warning("zerogap: %d worker(s) sent no final report; their last seconds may be missing", len(missing))
 

@@ -40,6 +40,7 @@ def plot_vs_load(report: dict[str, Any], path: Path) -> Path:
         if knee:
             ax.axvline(knee["load"], color="grey", linestyle=":", label="knee")
         ax.set_xlabel(load_label(steps))
+        ax.set_xticks(loads)
         ax.grid(alpha=0.3)
     tps.set_title("Throughput")
     tps.set_ylabel("tokens/s")
@@ -48,7 +49,10 @@ def plot_vs_load(report: dict[str, Any], path: Path) -> Path:
     gpu.plot(loads, means, "o-", color="tab:green", label="mean")
     gpu.plot(loads, mins, "v--", color="tab:olive", label="min")
     gpu.set_ylim(0, 105)
-    gpu.set_title("GPU utilization" + ("" if any(s["gpu_util"] for s in steps) else " (not available)"))
+    gpu.set_title("GPU utilization")
+    reasons = [s["gpu_util_reason"] for s in steps if s["gpu_util"] is None and s.get("gpu_util_reason")]
+    if reasons:
+        gpu.text(0.5, 0.5, f"not available:\n{reasons[0]}", transform=gpu.transAxes, ha="center", wrap=True)
     gpu.set_ylabel("%")
     for ax, key, title in ((ttft, "ttft_ms", "Time to first token"), (tpot, "tpot_ms", "Time per output token")):
         for pct, style in (("p50", "o-"), ("p90", "^--"), ("p99", "v:")):

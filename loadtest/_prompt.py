@@ -72,15 +72,17 @@ def tokenize_urls(base_url: str, explicit: str) -> list[str]:
     return [first] if first == root else [first, root]
 
 
-def calibrate(target_tokens: int, counter: Counter | None, max_rounds: int = 6) -> tuple[str, str]:
-    """(text, how): how is "tokenize" when a tokenizer confirmed the length, else "approx"."""
-    num_words = target_tokens
-    text = words(num_words)
+def calibrate(target_tokens: int, counter: Counter | None, prefix: str = "", max_rounds: int = 6) -> tuple[str, str]:
+    """(text, how) such that prefix + text counts target_tokens; how is "tokenize" when a
+    tokenizer confirmed the length, else "approx" (one word, prefix words included, per token)."""
+    approx_words = max(1, target_tokens - len(prefix.split()))
     if counter is None:
-        return text, "approx"
+        return words(approx_words), "approx"
+    num_words = approx_words
     best: tuple[int, str] | None = None
     for _ in range(max_rounds):
-        counted = counter(text)
+        text = words(num_words)
+        counted = counter(prefix + text)
         if counted is None or counted <= 0:
             break
         if best is None or abs(counted - target_tokens) < best[0]:
@@ -88,7 +90,6 @@ def calibrate(target_tokens: int, counter: Counter | None, max_rounds: int = 6) 
         if counted == target_tokens:
             break
         num_words = max(1, num_words + round((target_tokens - counted) * num_words / counted))
-        text = words(num_words)
     if best is None:
-        return words(target_tokens), "approx"
+        return words(approx_words), "approx"
     return best[1], "tokenize"

@@ -110,6 +110,11 @@ class Recorder:
         return records
 
     def tokens_between(self, start: float, end: float, prompt: bool = False) -> float:
+        """Tokens that arrived in [start, end); a 100 ms bucket cut by an edge counts pro rata."""
         buckets = self.prompt_buckets if prompt else self.output_buckets
         low, high = start * BUCKETS_PER_S, end * BUCKETS_PER_S
-        return sum(value for key, value in buckets.items() if low <= key < high)
+        total = 0.0
+        for key, value in buckets.items():
+            if low - 1 < key < high:
+                total += value * max(0.0, min(key + 1, high) - max(key, low))
+        return total
