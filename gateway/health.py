@@ -17,7 +17,8 @@ def parse_queue(text: bytes) -> int:
     """running + waiting from a Prometheus text page (summed over label sets)."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(QUEUE_METRICS):
+        name = line.split(b"{", 1)[0].split(b" ", 1)[0]
+        if name in QUEUE_METRICS:
             try:
                 total += float(line.rsplit(b" ", 1)[1])
             except (IndexError, ValueError):
