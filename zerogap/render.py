@@ -31,8 +31,9 @@ def chromium_path() -> str:
 
 
 def chromium_flags(profile: Path, width: int, height: int, wait_ms: int) -> list[str]:
-    """Flags for a quiet, sandbox-free headless run that lets page scripts run for wait_ms of virtual time."""
-    return [
+    """Flags for a quiet, sandbox-free headless run that lets page scripts run for wait_ms of virtual time
+    (0: take the page as it is once loaded)."""
+    flags = [
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
@@ -46,8 +47,8 @@ def chromium_flags(profile: Path, width: int, height: int, wait_ms: int) -> list
         "--mute-audio",
         f"--user-data-dir={profile}",
         f"--window-size={width},{height}",
-        f"--virtual-time-budget={wait_ms}",
     ]
+    return [*flags, f"--virtual-time-budget={wait_ms}"] if wait_ms > 0 else flags
 
 
 def _run_chromium(

@@ -1,0 +1,106 @@
+"""deploy/compose: valid against the compose-spec JSON schema (shipped by check-jsonschema),
+and wired the way the brief says: GPU-pinned vLLM replicas with our flags, mounts that exist."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.deploy.paths import COMPOSE, DEPLOY, PROMETHEUS, load_yaml
+from zerogap.config.loader import load_config
+
+
+def compose_schema() -> dict[str, Any]:
+    """The compose-spec schema vendored by check-jsonschema (its source and licence are beside it)."""
+    text = resources.files("check_jsonschema").joinpath("builtin_schemas/vendor/compose-spec.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def schema_errors(doc: Any) -> list[str]:
+    schema = compose_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc: dict[str, Any] = load_yaml(COMPOSE)
+    return doc
+
+
+def test_compose_file_matches_the_compose_spec(compose: dict[str, Any]) -> None:
+    assert schema_errors(compose) == []
+
+
+def test_schema_check_can_fail(compose: dict[str, Any]) -> None:
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["gateway"]["ports"] = "8000:8000"  # must be a list
+    broken["services"]["vllm-0"]["restart_policy"] = "always"  # no such key
+    assert len(schema_errors(broken)) >= 2
+
+
+def test_services_for_one_gpu_host(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"gateway", "prometheus", "grafana", "dcgm-exporter"} <= set(services)
+    replicas = sorted(name for name in services if name.startswith("vllm-"))
+    assert len(replicas) >= 2
+    gpus = []
+    for name in replicas:
+        service = services[name]
+        assert service["image"].startswith("vllm/vllm-openai")
+        assert "--async-scheduling" in service["command"]
+        assert any(flag.startswith("--max-num-seqs=") for flag in service["command"])
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+        gpus.extend(device["device_ids"])
+        assert "/health" in " ".join(service["healthcheck"]["test"])
+    assert len(gpus) == len(set(gpus)), "each replica gets its own GPU"
+
+
+def test_bind_mounts_exist(compose: dict[str, Any]) -> None:
+    base = COMPOSE.parent
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith((".", "/")) and "${" not in source:
+                assert (base / source).exists(), f"{name}: {source} does not exist"
+
+
+def test_gateway_config_in_compose_loads_and_matches_the_replicas(compose: dict[str, Any]) -> None:
+    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    assert config.server.api_key == "sk-test"
+    replicas = {name for name in compose["services"] if name.startswith("vllm-")}
+    assert {b.name for b in config.backends} == replicas
+    assert {b.url for b in config.backends} == {f"http://{name}:8000" for name in replicas}
+
+
+def test_compose_prometheus_scrapes_every_service(compose: dict[str, Any], tmp_path: Path) -> None:
+    prom = load_yaml(COMPOSE.parent / "prometheus.yml")
+    targets = {t for job in prom["scrape_configs"] for sc in job.get("static_configs", []) for t in sc["targets"]}
+    replicas = {name for name in compose["services"] if name.startswith("vllm-")}
+    assert {f"{name}:8000" for name in replicas} | {"gateway:8000", "dcgm-exporter:9400"} <= targets
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool missing: run scripts/setup-system")
+    # As mounted in the container: prometheus.yml beside rules/.
+    shutil.copy(COMPOSE.parent / "prometheus.yml", tmp_path / "prometheus.yml")
+    shutil.copytree(PROMETHEUS / "rules", tmp_path / "rules")
+    done = subprocess.run(
+        [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dockerfile_copies_what_the_image_needs() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    for part in ("zerogap", "gateway", "backends", "loadtest", "pyproject.toml"):
+        assert f"COPY {part}" in dockerfile or f" {part} " in dockerfile
+        assert (DEPLOY.parent / part).exists()

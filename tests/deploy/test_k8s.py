@@ -1,0 +1,103 @@
+"""deploy/k8s: every manifest valid against the Kubernetes JSON schemas (kubernetes-validate,
+offline, strict: unknown fields are errors), and wired as the brief says."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_validate import utils as kv  # type: ignore[import-untyped]
+
+from tests.deploy.paths import K8S, load_yaml
+from zerogap.config.loader import parse_config
+
+K8S_VERSION = kv.latest_version()
+
+
+def documents() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+def find(kind: str, name: str) -> dict[str, Any]:
+    matches = [d for d in documents() if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found"
+    return matches[0]
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    (only,) = workload["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = only
+    return result
+
+
+@pytest.mark.parametrize("doc", documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+def test_manifest_is_valid(doc: dict[str, Any]) -> None:
+    kv.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_validation_can_fail() -> None:
+    deployment = copy.deepcopy(find("Deployment", "zerogap-gateway"))
+    deployment["spec"]["replica"] = 2  # misspelt
+    with pytest.raises(kv.ValidationError):
+        kv.validate(deployment, K8S_VERSION, strict=True)
+    container(deployment)["ports"][0]["containerPort"] = "8000"  # must be an integer
+    del deployment["spec"]["replica"]
+    with pytest.raises(kv.ValidationError):
+        kv.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = load_yaml(K8S / "kustomization.yaml")
+    files = sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == files
+
+
+def test_gateway_has_service_probes_and_hpa() -> None:
+    gateway = find("Deployment", "zerogap-gateway")
+    c = container(gateway)
+    assert c["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert c["command"][:2] == ["zerogap", "gateway"]
+    service = find("Service", "zerogap-gateway")
+    assert service["spec"]["selector"] == gateway["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["port"] == 8000
+    hpa = find("HorizontalPodAutoscaler", "zerogap-gateway")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "zerogap-gateway"}
+    assert hpa["spec"]["minReplicas"] >= 2
+
+
+def test_vllm_requests_gpus_and_is_ready_on_health() -> None:
+    vllm = find("StatefulSet", "vllm")
+    c = container(vllm)
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == 1
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert "--async-scheduling" in c["args"]
+    headless = find("Service", vllm["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+
+
+def test_gateway_config_names_each_vllm_replica() -> None:
+    text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
+    config = parse_config(text, "k8s config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    replicas = find("StatefulSet", "vllm")["spec"]["replicas"]
+    assert [b.url for b in config.backends] == [f"http://vllm-{i}.vllm.zerogap.svc:8000" for i in range(replicas)]
+
+
+def test_locust_master_and_workers() -> None:
+    master = container(find("Deployment", "locust-master"))
+    worker = container(find("Deployment", "locust-worker"))
+    assert master["command"][:4] == ["locust", "-f", "loadtest/", "--master"]
+    assert worker["command"][:4] == ["locust", "-f", "loadtest/", "--worker"]
+    assert worker["command"][worker["command"].index("--master-host") + 1] == "locust-master"
+    service = find("Service", "locust-master")
+    assert {p["port"] for p in service["spec"]["ports"]} == {8089, 5557}
+    settings = json.loads(find("ConfigMap", "zerogap-loadtest")["data"]["settings.json"])
+    assert settings["load_test"]["steps"] == [32, 128, 256]
