@@ -24,6 +24,12 @@ class EngineSection(Section):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=16)
     extra_args: list[str] = Field(default_factory=list, description="passed to vLLM as they are")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment for each replica (e.g. VLLM_CPU_KVCACHE_SPACE)"
+    )
+    startup_timeout_s: float = Field(900.0, gt=0, description="longest wait for a replica's /health to answer 200")
+    restart_backoff_max_s: float = Field(60.0, gt=0, description="longest pause before restarting a dead replica")
+    stop_timeout_s: float = Field(30.0, gt=0, description="grace after SIGTERM before a replica is killed")
 
     def client_model_name(self) -> str:
         return self.served_model_name or self.model

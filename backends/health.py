@@ -1,0 +1,28 @@
+"""Small network checks the launchers share: is a port free, does /health answer 200."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+
+HEALTH_TIMEOUT_S = 1.0
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port and this process may bind it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def health_ok(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

@@ -1,0 +1,47 @@
+"""`zerogap backends up --engine sim`: one simulated engine per [engine] replica, for
+machines with no GPU. Each runs `zerogap sim --config C --port P --model M`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import IO
+
+from backends.pool import check_ports, pool_summary, replica_log
+from backends.supervisor import Child, ChildSpec, Hooks
+from zerogap.config import Config
+
+
+def sim_specs(config: Config, config_path: Path, log_dir: Path | None) -> list[ChildSpec]:
+    engine = config.engine
+    check_ports(config)
+    model = engine.client_model_name() or "model"
+    env = dict(os.environ)
+    specs = []
+    for i in range(engine.replicas):
+        port = engine.base_port + i
+        argv = [sys.executable, "-m", "zerogap", "sim", "--config", str(config_path.resolve())]
+        argv += ["--host", engine.host, "--port", str(port), "--model", model]
+        name = f"replica{i}"
+        specs.append(ChildSpec(name, argv, engine.host, port, env, "/health", replica_log(log_dir, name)))
+    return specs
+
+
+def sim_pool(
+    config: Config, config_path: Path, log_dir: Path | None, out: IO[str] | None = None
+) -> tuple[list[ChildSpec], Hooks]:
+    stream = out or sys.stdout
+
+    def diagnose(child: Child, code: int | None) -> str:
+        last = next((line for line in reversed(child.tail) if line.startswith("zerogap sim:")), "")
+        return f"{child.spec.name} (sim on port {child.spec.port}) exited with code {code}" + (
+            f": {last}" if last else "; its last lines are above."
+        )
+
+    def on_ready(children: list[Child]) -> None:
+        stream.write(pool_summary(config, children) + "\n")
+        stream.flush()
+
+    stream.write(f"zerogap backends: starting {config.engine.replicas} simulated engine(s)\n")
+    return sim_specs(config, config_path, log_dir), Hooks(diagnose=diagnose, on_ready=on_ready)
