@@ -127,7 +127,9 @@ class Harness:
         self.run_start = time.time()
         if not self.is_master:
             self.prepare_prompt()
-            self.arrivals = Arrivals(self.plan, self.run_start, self.user_share) if self.plan.open_loop else None
+            seed = self.settings.load_test.seed
+            seed = None if seed is None else seed + os.getpid() * int(self.is_worker)
+            self.arrivals = Arrivals(self.plan, self.run_start, self.user_share, seed) if self.plan.open_loop else None
             self.spawn(self.sample_cpu)
         if not self.is_worker:
             self.run_dir = new_run_dir(self.settings.output)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from loadtest._client import INTERRUPTED
 from loadtest._console import load_text
 from loadtest._plan import Plan
 from loadtest._record import Recorder
@@ -62,6 +63,7 @@ def write_run(
         "steps": summary["steps"],
         "knee": summary["knee"],
         "errors": _errors(recorder),
+        "totals": _totals(recorder),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     write_csv(build_rows(samples, recorder, plan, run_start), run_dir / "timeline.csv")
@@ -69,10 +71,21 @@ def write_run(
     return render_run(run_dir)
 
 
+def _totals(recorder: Recorder) -> dict[str, int]:
+    """The whole run (warm-up and every process included), for checking that it adds up."""
+    ok = [r for r in recorder.records if r.ok]
+    return {
+        "requests_ok": len(ok),
+        "requests_failed": sum(1 for r in recorder.records if not r.ok and r.error_kind != INTERRUPTED),
+        "requests_interrupted": sum(1 for r in recorder.records if r.error_kind == INTERRUPTED),
+        "output_tokens_ok": sum(r.output_tokens for r in ok),
+    }
+
+
 def _errors(recorder: Recorder) -> dict[str, int]:
     counts: dict[str, int] = {}
     for record in recorder.records:
-        if not record.ok:
+        if not record.ok and record.error_kind != INTERRUPTED:
             counts[record.error_kind] = counts.get(record.error_kind, 0) + 1
     return counts
 

@@ -1,0 +1,72 @@
+"""The harness's streaming client against the real upstream fixture: timing, token
+counts and every failure kind."""
+
+from __future__ import annotations
+
+import json
+
+from loadtest._client import StreamClient
+from tests.fixtures.upstream import Behavior, UpstreamServer
+
+
+def body(max_tokens: int = 12) -> bytes:
+    return json.dumps(
+        {
+            "model": "test-model",
+            "messages": [{"role": "user", "content": "one two three"}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
+    ).encode()
+
+
+def client(url: str, timeout_s: float = 10.0, path: str = "/v1/chat/completions") -> StreamClient:
+    return StreamClient(url, path, {}, 5.0, timeout_s)
+
+
+def test_multi_token_chunks_count_tokens_from_usage_and_time_them() -> None:
+    with UpstreamServer(Behavior(ttft_s=0.05, interval_s=0.02, tokens_per_chunk=3)) as up:
+        streamer = client(up.url)
+        record, walls, detail = streamer.stream(body(12))
+        streamer.close()
+    assert record.ok and detail == ""
+    assert record.output_tokens == 12 and record.token_source == "usage" and record.prompt_tokens == 3
+    assert len(walls) == 4  # 12 tokens in chunks of 3
+    assert record.ttft_s is not None and 0.045 <= record.ttft_s < 0.09
+    assert record.itl.count == 3 and 19.0 <= (record.itl.percentile(50) or 0) < 30.0
+    assert abs(record.e2e_s - (0.05 + 3 * 0.02)) < 0.03
+
+
+def test_completions_endpoint_and_a_kept_alive_connection() -> None:
+    with UpstreamServer(Behavior(num_output_tokens=5)) as up:
+        streamer = client(up.url, path="/v1/completions")
+        payload = json.dumps({"model": "test-model", "prompt": "a b", "max_tokens": 5, "stream": True,
+                              "stream_options": {"include_usage": True}}).encode()  # fmt: skip
+        results = [streamer.stream(payload)[0] for _ in range(3)]
+        streamer.close()
+    assert all(r.ok and r.output_tokens == 5 for r in results)
+
+
+def test_http_error_timeout_and_broken_stream_are_failures_by_kind() -> None:
+    with UpstreamServer(Behavior(interval_s=0.01)) as up:
+        up.behavior.fail_status, up.behavior.num_failures = 503, 1
+        streamer = client(up.url, timeout_s=0.5)
+        failed, _, detail = streamer.stream(body())
+        assert (failed.ok, failed.error_kind) == (False, "HTTP 503") and detail.startswith("HTTP 503: ")
+        up.behavior.close_after_tokens = 3
+        broken, _, _ = streamer.stream(body())
+        assert broken.error_kind == "broken stream"
+        up.behavior.close_after_tokens, up.behavior.stall_after_tokens = None, 2
+        stalled, _, detail = streamer.stream(body())
+        assert stalled.error_kind == "timeout" and "0.5 s" in detail
+        streamer.close()
+
+
+def test_no_server_is_a_connection_error() -> None:
+    from tests.conftest import free_port
+
+    streamer = client(f"http://127.0.0.1:{free_port()}")
+    record, _, detail = streamer.stream(body())
+    assert record.error_kind == "connection error" and "connection error" in detail

@@ -1,0 +1,33 @@
+"""The stepped plan: warm-up, steps, measured windows, the shape's ticks and open-loop rates."""
+
+from __future__ import annotations
+
+from loadtest._plan import Plan
+from loadtest._settings import LoadTestSection
+
+
+def test_article_default_plan() -> None:
+    plan = Plan.from_settings(LoadTestSection())
+    assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [
+        (-1, 32, 0, 30, 30),
+        (0, 32, 30, 210, 90),
+        (1, 128, 210, 390, 270),
+        (2, 256, 390, 570, 450),
+    ]
+    assert plan.tick(0) == (32, 32.0)
+    assert plan.tick(215) == (128, 128.0)
+    assert plan.tick(570) is None
+
+
+def test_no_steps_is_one_step_at_concurrency_measured_whole() -> None:
+    plan = Plan.from_settings(LoadTestSection(steps=[], concurrency=8, duration_seconds=60, warmup_seconds=0))
+    assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [(0, 8, 0, 60, 0)]
+
+
+def test_open_loop_steps_are_rates_and_users_stay_at_concurrency() -> None:
+    load = LoadTestSection(request_rate=5, steps=[2.5, 10], concurrency=16, warmup_seconds=0, step_duration_seconds=10,
+                           measure_last_seconds=5)  # fmt: skip
+    plan = Plan.from_settings(load)
+    assert plan.open_loop
+    assert plan.rate_at(1) == 2.5 and plan.rate_at(12) == 10 and plan.rate_at(25) == 0
+    assert plan.tick(12) == (16, 16.0)

@@ -1,0 +1,115 @@
+"""report.json / timeline.csv / report.html from a synthetic run (known records and samples)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loadtest._compare import render_comparison
+from loadtest._plan import Plan
+from loadtest._record import Recorder, RequestRecord
+from loadtest._report import render_run, write_run
+from loadtest._report_cli import main as report_main
+from loadtest._settings import parse_settings
+from loadtest._summary import find_knee, summarize_run
+from loadtest._timeline import Sample
+
+PNG = b"\x89PNG\r\n\x1a\n"
+START = 1_000_000.0
+
+
+def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
+    """Steps of 2 and 4 users, 10 s each, measured over the last 5 s; each user streams
+    10 tokens per request: TTFT 100 ms, then one token per 20 ms (E2E 280 ms)."""
+    settings = parse_settings(
+        '{"load_test": {"steps": [2, 4], "warmup_seconds": 0, "step_duration_seconds": 10, '
+        '"measure_last_seconds": 5}, "metrics": {"backend_metrics_urls": ["http://127.0.0.1:1/metrics"]}}'
+    )
+    plan = Plan.from_settings(settings.load_test)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    recorder, samples = Recorder(), []
+    for phase in plan.steps:
+        for user in range(int(phase.load)):
+            sent = START + phase.start_s + user * 0.01
+            while sent + 0.28 <= START + phase.end_s:
+                record = RequestRecord(sent, sent + 0.28, True, "", 0.1, 0.28, 10, 50, "usage", None)
+                record.itl.add_many_ms([20.0] * 9)
+                recorder.add(record, [sent + 0.1 + 0.02 * k for k in range(10)])
+                sent += 0.28
+        for tick in range(int(phase.start_s) + 1, int(phase.end_s) + 1):
+            samples.append(Sample(START + tick, int(phase.load), busy * 100, "", phase.load, 0.0, 0.3, interval_ms))
+            recorder.add_cpu("host:1", START + tick, 20.0)
+    summary = summarize_run(settings, plan, START, START + plan.total_s, recorder, samples)
+    return write_run(run_dir, settings, plan, START, START + plan.total_s, summary, {}, recorder, samples)
+
+
+def test_report_json_has_the_contract_fields_and_the_right_figures(tmp_path: Path) -> None:
+    html = synthetic_run(tmp_path, busy=0.6, interval_ms=12.0)
+    report = json.loads((tmp_path / "report.json").read_text())
+    first, second = report["steps"]
+    assert first["concurrency"] == 2 and second["concurrency"] == 4
+    assert abs(first["output_tps"] - 2 * 10 / 0.28) / (2 * 10 / 0.28) < 0.05
+    assert abs(second["output_tps"] - 4 * 10 / 0.28) / (4 * 10 / 0.28) < 0.05
+    assert first["ttft_ms"]["p50"] == 100.0
+    assert first["tpot_ms"]["p50"] == 20.0
+    assert first["itl_ms"] == {"p50": 20.0, "p90": 20.0, "p99": 20.0, "mean": 20.0}
+    assert first["e2e_ms"]["p99"] == 280.0
+    assert first["gpu_util"] == {"mean": 60.0, "min": 60.0}
+    assert first["token_interval_ms"] == 12.0
+    assert first["duration_s"] == 5.0 and first["valid"] is True
+    assert first["token_count_source"] == "usage"
+    assert first["goodput_rps"] == first["rps"]
+    for key in ("requests_ok", "requests_failed", "total_tps", "rps", "gpu_util", "goodput_rps", "valid"):
+        assert key in first
+    assert html.name == "report.html"
+    page = html.read_text()
+    for png in ("vs_load.png", "timeline.png"):
+        assert f'src="{png}"' in page
+        assert (tmp_path / png).read_bytes().startswith(PNG)
+    header = (tmp_path / "timeline.csv").read_text().splitlines()[0]
+    assert header.startswith("time_s,phase,users,output_tps")
+
+
+def test_saturated_load_generator_invalidates_the_step(tmp_path: Path) -> None:
+    synthetic_run(tmp_path, busy=0.5, interval_ms=1.0)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert all(step["valid"] for step in report["steps"])
+    settings = parse_settings('{"metrics": {"saturation_cpu_percent": 15}}')
+    plan = Plan.from_settings(parse_settings('{"load_test": {"steps": [1], "warmup_seconds": 0}}').load_test)
+    recorder = Recorder()
+    recorder.add_cpu("host:1", START + 100, 99.0)
+    step = summarize_run(settings, plan, START, START + plan.total_s, recorder, [])["steps"][0]
+    assert step["valid"] is False and "CPU 99%" in step["invalid_reason"]
+    assert step["gpu_util"] is None and step["gpu_util_reason"]
+
+
+def test_knee_is_the_step_after_which_tps_stalls_while_latency_grows() -> None:
+    def step(index: int, load: int, tps: float, tpot: float) -> dict[str, object]:
+        return {"index": index, "concurrency": load, "output_tps": tps,
+                "tpot_ms": {"p50": tpot}, "ttft_ms": {"p50": 10.0}}  # fmt: skip
+
+    knee = find_knee([step(0, 32, 1000, 10), step(1, 128, 3000, 12), step(2, 256, 3100, 25)])
+    assert knee is not None and knee["load"] == 128 and knee["step"] == 1
+    assert find_knee([step(0, 32, 1000, 10), step(1, 128, 3000, 12)]) is None
+
+
+def test_rerender_and_compare(tmp_path: Path, capsys) -> None:
+    sync = synthetic_run(tmp_path / "sync", 0.55, 20.0).parent
+    fast = synthetic_run(tmp_path / "async", 0.95, 0.0).parent
+    (sync / "report.html").unlink()
+    assert report_main([str(sync)]) == 0
+    assert (sync / "report.html").is_file()
+    out = render_comparison([sync, fast], ["sync", "async"], tmp_path / "cmp")
+    assert (tmp_path / "cmp" / "compare.png").read_bytes().startswith(PNG)
+    page = out.read_text()
+    assert "sync" in page and "async" in page
+    assert report_main([str(sync), str(fast), "--labels", "a,b", "--out", str(tmp_path / "cmp2")]) == 0
+    assert (tmp_path / "cmp2" / "report.html").is_file()
+    assert render_run(fast).is_file()
+
+
+def test_report_cli_errors_are_messages(tmp_path: Path, capsys) -> None:
+    assert report_main([str(tmp_path / "absent")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert report_main([str(tmp_path)]) == 2
+    assert "no report.json" in capsys.readouterr().err

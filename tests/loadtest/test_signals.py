@@ -1,0 +1,57 @@
+"""GPU utilization and backend signals from real HTTP endpoints (and NVML where a GPU is)."""
+
+from __future__ import annotations
+
+from loadtest._settings import MetricsSection
+from loadtest._signals import TOKEN_INTERVAL, GpuUtil, scrape_backends
+from tests.conftest import free_port
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.loadtest.backend_metrics import SignalServer
+
+
+def test_backend_metrics_and_prometheus_sources() -> None:
+    with SignalServer(busy_ratio=0.6, token_interval_s=0.014, dcgm_percent=70.0) as signals:
+        urls = [f"{signals.url}/metrics", f"{signals.url}/metrics"]
+        metrics = MetricsSection(backend_metrics_urls=urls)
+        gpu = GpuUtil(metrics)
+        scrape = scrape_backends(urls, gpu.metric_names() | {TOKEN_INTERVAL}, 2.0)
+        assert gpu.sample(scrape) == (60.0, "")
+        assert scrape.mean(TOKEN_INTERVAL) == 0.014
+        prom = GpuUtil(MetricsSection(gpu_util={"source": "prometheus", "prometheus_url": signals.url}))
+        assert prom.sample(scrape) == (70.0, "")
+
+
+def test_unavailable_sources_give_null_with_the_reason() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    metrics = MetricsSection(backend_metrics_urls=[f"{dead}/metrics"], scrape_timeout_seconds=0.5)
+    gpu = GpuUtil(metrics)
+    value, reason = gpu.sample(scrape_backends(metrics.backend_metrics_urls, gpu.metric_names(), 0.5))
+    assert value is None and dead in reason
+    assert GpuUtil(MetricsSection()).sample(scrape_backends([], set(), 0.5)) == (
+        None,
+        "metrics.backend_metrics_urls is empty",
+    )
+    source = {"source": "prometheus", "prometheus_url": dead}
+    prom = GpuUtil(MetricsSection(gpu_util=source, scrape_timeout_seconds=0.5))
+    assert prom.sample(scrape_backends([], set(), 0.5))[1].startswith("prometheus query failed")
+    none = GpuUtil(MetricsSection(gpu_util={"source": "none"}))
+    assert none.sample(scrape_backends([], set(), 0.5)) == (None, 'metrics.gpu_util.source is "none"')
+
+
+def test_nvml_reads_a_local_gpu_or_says_why_not() -> None:
+    value, reason = GpuUtil(MetricsSection(gpu_util={"source": "nvml"})).sample(scrape_backends([], set(), 0.5))
+    if value is None:  # no GPU or no driver on this machine
+        assert reason.startswith("nvml: ")
+    else:
+        assert 0.0 <= value <= 100.0 and reason == ""
+
+
+def test_vllm_queue_gauges_are_summed_over_backends() -> None:
+    with (
+        UpstreamServer(Behavior(extra_running=3, extra_waiting=2)) as one,
+        UpstreamServer(Behavior(extra_running=1)) as two,
+    ):
+        urls = [f"{one.url}/metrics", f"{two.url}/metrics"]
+        scrape = scrape_backends(urls, {"vllm:num_requests_running", "vllm:num_requests_waiting"}, 2.0)
+        assert scrape.total("vllm:num_requests_running") == 4.0
+        assert scrape.total("vllm:num_requests_waiting") == 2.0
