@@ -12,6 +12,7 @@ import asyncio
 import time
 
 from backends.sim.core import EngineCore, StepPlan
+from backends.sim.gcwatch import GcWatch
 from backends.sim.metrics import SimMetrics
 from backends.sim.scheduler import TokenEvent
 from backends.sim.sequence import Sequence
@@ -29,14 +30,17 @@ class RealtimeEngine:
         self.sinks: dict[int, TokenSink] = {}
         self.window = BusyWindow(settings.cost.metrics_window_s, now_s())
         self.lag = LagRecorder()
+        self.gc = GcWatch()
         self.metrics = SimMetrics(settings.model, self)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        self.gc.__enter__()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-step-loop")
 
     async def stop(self) -> None:
+        self.gc.__exit__()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -105,11 +109,27 @@ class RealtimeEngine:
             if event.finished:
                 del sinks[seq.seq_id]
                 metrics.on_finish(t - seq.arrival_s, seq.finish_reason or "stop")
-            sink.push(event.token, seq.finish_reason if event.finished else None)
+            if not sink.push(event.token, seq.finish_reason if event.finished else None):
+                self.abort(seq)
         metrics.generation_tokens += len(events)
+
+
+# The event loop's timers have millisecond resolution (uvloop, and epoll under asyncio):
+# sleep on the loop until just before the step end, then the last moment in the kernel.
+FINE_SLEEP_S = 0.0015
 
 
 async def _sleep_until(target_s: float) -> None:
     delay = target_s - now_s()
-    if delay > 0:
-        await asyncio.sleep(delay)
+    if delay > FINE_SLEEP_S:
+        await asyncio.sleep(delay - FINE_SLEEP_S)
+    else:
+        await asyncio.sleep(0)  # let I/O run between back-to-back steps
+    _block_until(target_s)
+
+
+def _block_until(target_s: float) -> None:
+    """At most FINE_SLEEP_S of blocking sleep: sub-millisecond step starts."""
+    remaining = target_s - now_s()
+    if remaining > 0:
+        time.sleep(remaining)

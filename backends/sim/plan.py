@@ -64,10 +64,13 @@ def run_plan(
     output_tokens: int,
     step_duration_s: float,
     measure_last_s: float,
+    ramp_s: float = 10.0,
 ) -> list[StepSummary]:
+    """Each step on a fresh engine: users started over ramp_s, measured over the last measure_last_s."""
     out = []
     for concurrency in concurrencies:
-        run = closed_loop(settings, concurrency, prompt_tokens, output_tokens, step_duration_s)
+        ramp = min(ramp_s, step_duration_s - measure_last_s)
+        run = closed_loop(settings, concurrency, prompt_tokens, output_tokens, step_duration_s, ramp_s=ramp)
         start = step_duration_s - measure_last_s
         out.append(summarise(run, settings.mode, concurrency, start, step_duration_s))
     return out

@@ -16,9 +16,10 @@ from aiohttp import web
 
 from backends.sim import words
 from backends.sim.engine import RealtimeEngine
-from backends.sim.protocol import GenerationRequest, RequestError, parse_generation, parse_tokenize
+from backends.sim.protocol import RequestError, parse_generation, parse_tokenize
 from backends.sim.settings import SimSettings
 from backends.sim.sse import ResponseBuilder
+from backends.sim.stream import SseWriter, TokenSink
 
 ENGINE = web.AppKey("engine", RealtimeEngine)
 SETTINGS = web.AppKey("settings", SimSettings)
@@ -85,36 +86,29 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     builder = ResponseBuilder(gen, settings.model)
     try:
         if gen.stream:
-            return await _stream(request, gen, builder, sink)
-        tokens: list[int] = []
-        while True:
-            new, reason = await sink.take()
-            tokens.extend(new)
-            if reason is not None:
-                return web.json_response(builder.full(tokens, reason, seq.num_cached_tokens))
+            return await _stream(request, builder, sink)
+        reason = await sink.done
+        return web.json_response(builder.full(sink.tokens, reason, seq.num_cached_tokens))
     finally:
         if not seq.finished:
             engine.abort(seq)
 
 
-async def _stream(
-    request: web.Request, gen: GenerationRequest, builder: ResponseBuilder, sink: Any
-) -> web.StreamResponse:
+async def _stream(request: web.Request, builder: ResponseBuilder, sink: TokenSink) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
+    chunked = request.version >= (1, 1)
+    if chunked:
+        response.enable_chunked_encoding()
     await response.prepare(request)
     first = builder.first_chunk()
     if first:
         await response.write(first)
-    while True:
-        tokens, reason = await sink.take()
-        num_before = sink.num_sent - len(tokens)
-        data = builder.token_chunks(tokens, num_before, reason)
-        if reason is not None:
-            data += builder.end_chunks(reason, sink.num_sent, sink.seq.num_cached_tokens, sent_final=bool(tokens))
-            await response.write(data)
-            await response.write_eof()
-            return response
-        await response.write(data)
+    transport = request.transport
+    if transport is None or not sink.attach(SseWriter(transport, builder, chunked)):
+        raise ConnectionResetError("the client went away")
+    await sink.done
+    await response.write_eof()
+    return response
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -154,6 +148,7 @@ async def _stats(request: web.Request) -> web.Response:
         "mode": engine.settings.mode,
         "time_scale": engine.settings.time_scale,
         "step_lag_ms": engine.lag.summary_ms(),
+        "gc_pause_ms": engine.gc.summary_ms(),
         "num_running": engine.core.num_running,
         "num_waiting": engine.core.num_waiting,
         "num_streams": len(engine.sinks),
@@ -166,4 +161,5 @@ async def _stats(request: web.Request) -> web.Response:
 
 async def _stats_reset(request: web.Request) -> web.Response:
     request.app[ENGINE].lag.reset()
+    request.app[ENGINE].gc.reset()
     return web.json_response({"reset": True})

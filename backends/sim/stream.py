@@ -1,50 +1,83 @@
-"""What the step loop hands to one request's HTTP handler: a cheap token channel."""
+"""What the step loop hands each request: tokens go straight to the client's socket.
+
+A streaming request attaches an SseWriter once its response headers are out; from
+then on the step loop writes each token's pre-encoded SSE event (HTTP/1.1 chunk
+framed) to the transport itself: no task switch per token. A non-streaming request
+collects tokens. Either way the handler awaits one Future: the finish reason.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from backends.sim.sequence import Sequence
+from backends.sim.sse import ResponseBuilder
+
+
+class Transport(Protocol):
+    def write(self, data: bytes) -> None: ...
+    def is_closing(self) -> bool: ...
+
+
+class SseWriter:
+    __slots__ = ("builder", "chunked", "num_cached", "transport")
+
+    def __init__(self, transport: Transport, builder: ResponseBuilder, chunked: bool) -> None:
+        self.transport = transport
+        self.builder = builder
+        self.chunked = chunked
+
+    def send(self, tokens: list[int], num_before: int, finish_reason: str | None, num_cached: int) -> bool:
+        """Write the events for tokens; False when the client has gone away."""
+        if self.transport.is_closing():
+            return False
+        data = self.builder.token_chunks(tokens, num_before, finish_reason)
+        if finish_reason is not None:
+            data += self.builder.end_chunks(finish_reason, num_before + len(tokens), num_cached, bool(tokens))
+        if self.chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        self.transport.write(data)
+        return True
 
 
 class TokenSink:
-    """Tokens pile up here each step; the handler takes all that are pending at once.
-    One Future at most is alive per waiting handler; push() costs an append."""
-
-    __slots__ = ("_waiter", "finish_reason", "first_token_s", "last_token_s", "num_sent", "seq", "tokens")
+    __slots__ = ("done", "finish_reason", "first_token_s", "last_token_s", "num_sent", "seq", "tokens", "writer")
 
     def __init__(self, seq: Sequence) -> None:
         self.seq = seq
-        self.tokens: list[int] = []
+        self.tokens: list[int] = []  # not yet written (non-streaming: all of them)
+        self.num_sent = 0
         self.finish_reason: str | None = None
         self.first_token_s: float | None = None
         self.last_token_s = 0.0
-        self.num_sent = 0
-        self._waiter: asyncio.Future[None] | None = None
+        self.writer: SseWriter | None = None
+        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-    def push(self, token: int, finish_reason: str | None) -> None:
-        self.tokens.append(token)
+    def push(self, token: int, finish_reason: str | None) -> bool:
+        """Deliver one token; False when the client is gone (the caller aborts)."""
+        writer = self.writer
+        if writer is None:
+            self.tokens.append(token)
+        else:
+            if not writer.send([token], self.num_sent, finish_reason, self.seq.num_cached_tokens):
+                return False
+            self.num_sent += 1
         if finish_reason is not None:
-            self.finish_reason = finish_reason
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            self.close(finish_reason)
+        return True
+
+    def attach(self, writer: SseWriter) -> bool:
+        """Start streaming: write what piled up, then every token as it comes."""
+        self.writer = writer
+        pending, self.tokens = self.tokens, []
+        if pending or self.finish_reason is not None:
+            if not writer.send(pending, self.num_sent, self.finish_reason, self.seq.num_cached_tokens):
+                return False
+            self.num_sent += len(pending)
+        return True
 
     def close(self, finish_reason: str) -> None:
         self.finish_reason = finish_reason
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def take(self) -> tuple[list[int], str | None]:
-        """Wait until there is a token or the end; return the pending tokens and the
-        finish reason (None while more are coming)."""
-        while not self.tokens and self.finish_reason is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        tokens, self.tokens = self.tokens, []
-        self.num_sent += len(tokens)
-        return tokens, self.finish_reason
+        if not self.done.done():
+            self.done.set_result(finish_reason)

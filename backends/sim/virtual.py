@@ -130,9 +130,11 @@ def closed_loop(
     output_tokens: int,
     duration_s: float,
     gap_s: float = 0.0,
+    ramp_s: float = 0.0,
     seed: int = 0,
 ) -> VirtualRun:
-    """concurrency users, each sending its next request gap_s after the last one ended."""
+    """concurrency users, started evenly over ramp_s (as Locust's spawn rate does), each
+    sending its next request gap_s after its last one ended."""
     rng = random.Random(seed)
 
     def arrival(t_s: float) -> Arrival:
@@ -141,4 +143,5 @@ def closed_loop(
     def on_finish(record: RequestRecord, t_s: float) -> list[Arrival]:
         return [arrival(t_s + gap_s)]
 
-    return VirtualEngine(settings).run([arrival(0.0) for _ in range(concurrency)], duration_s, on_finish)
+    starts = [ramp_s * i / concurrency for i in range(concurrency)]
+    return VirtualEngine(settings).run([arrival(t) for t in starts], duration_s, on_finish)

@@ -1,0 +1,94 @@
+"""Start a real `zerogap sim` subprocess on a free port, for tests and benches.
+
+    with run_sim_process("--time-scale", "4", model="m") as sim:
+        requests to sim.url ...
+
+It binds a free loopback port, waits until /health answers, and stops the process
+(SIGTERM, then SIGKILL) on exit. The config file is none unless config= is given, so
+a developer's ./config.toml does not leak into tests.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+EMPTY_CONFIG = "# empty: every setting has its default\n"
+
+
+@dataclass(frozen=True)
+class SimProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    model: str
+    log: Path  # the process's stderr (gone after the block ends)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = log.read_text(errors="replace").strip()
+            raise RuntimeError(f"zerogap sim exited with {proc.returncode}: {err}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1.0) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"zerogap sim at {url} was not healthy within {timeout_s} s")
+
+
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def run_sim_process(
+    *args: str,
+    model: str = "sim-model",
+    port: int | None = None,
+    config: str | Path | None = None,
+    timeout_s: float = 30.0,
+) -> Iterator[SimProcess]:
+    """Run `python -m zerogap sim --config C --port P --model M ARGS...` until the block ends."""
+    port = port or free_port()
+    with tempfile.TemporaryDirectory(prefix="zerogap-sim-") as tmp:
+        if config is None:
+            config = Path(tmp) / "config.toml"
+            config.write_text(EMPTY_CONFIG)
+        cmd = [sys.executable, "-m", "zerogap", "sim", "--config", str(config), "--port", str(port), "--model", model]
+        log = Path(tmp) / "sim.log"
+        with log.open("wb") as log_file:
+            proc = subprocess.Popen([*cmd, *args], stdout=subprocess.DEVNULL, stderr=log_file)
+        try:
+            sim = SimProcess(proc, port, model, log)
+            wait_healthy(sim.url, proc, log, timeout_s)
+            yield sim
+        finally:
+            stop(proc)
