@@ -138,6 +138,7 @@ class Supervisor:
                     log.write(line + "\n")
                     log.flush()
         finally:
+            stream.close()
             if log:
                 log.close()
 

@@ -78,6 +78,8 @@ def vllm_pool(config: Config, log_dir: Path | None, out: IO[str] | None = None) 
     """Raises LaunchError (what to do) when the pool cannot start as configured."""
     stream = out or sys.stdout
     env = dict(os.environ)
+    check_ports(config)
+    resolve_model(config)  # the file's mistakes first, before asking the interpreter
     install = detect_vllm(vllm_python(config, env))
     stream.write(
         f"zerogap backends: vLLM {install.version} ({install.distribution}) in {install.python}; "
