@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from zerogap.config.model import Config
@@ -39,7 +39,8 @@ class SimSettings:
     def with_flags(self, **flags: Any) -> SimSettings:
         """Override with the flags that were given (None = not given)."""
         given = {k: v for k, v in flags.items() if v is not None}
-        cost_fields = {k: given.pop(k) for k in list(given) if k in SimSection.model_fields}
+        own = {f.name for f in fields(self)}
+        cost_fields = {k: given.pop(k) for k in list(given) if k not in own and k in SimSection.model_fields}
         cost = self.cost.model_copy(update=cost_fields) if cost_fields else self.cost
         return replace(self, cost=cost, **given)
 

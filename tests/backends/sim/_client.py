@@ -1,0 +1,66 @@
+"""A small real HTTP client for the sim's tests: SSE events, metrics samples."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass
+class StreamResult:
+    sent_s: float
+    events: list[dict[str, Any]] = field(default_factory=list)
+    token_times_s: list[float] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def ttft_s(self) -> float:
+        return self.token_times_s[0] - self.sent_s
+
+    @property
+    def tpot_s(self) -> float:
+        return (self.token_times_s[-1] - self.token_times_s[0]) / (len(self.token_times_s) - 1)
+
+
+def _has_token(event: dict[str, Any]) -> bool:
+    for choice in event.get("choices", []):
+        if choice.get("delta", {}).get("content") or choice.get("text"):
+            return True
+    return False
+
+
+async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> StreamResult:
+    result = StreamResult(time.monotonic())
+    async with session.post(url, json={**body, "stream": True}) as response:
+        assert response.status == 200, await response.text()
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data: "):
+                continue
+            if line == b"data: [DONE]":
+                result.done = True
+                break
+            event = json.loads(line[6:])
+            if _has_token(event):
+                result.token_times_s.append(time.monotonic())
+            result.events.append(event)
+    return result
+
+
+async def metrics(session: aiohttp.ClientSession, base: str) -> dict[str, float]:
+    """Every sample as 'name{label="v",...}' -> value, and bare 'name' for single-series metrics."""
+    async with session.get(f"{base}/metrics") as response:
+        text = await response.text()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}"] = sample.value
+            out.setdefault(sample.name, sample.value)
+    return out
