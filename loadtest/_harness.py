@@ -69,6 +69,7 @@ class Harness:
         self.greenlets: list[gevent.Greenlet] = []
         self.finals: set[str] = set()
         self.workers_seen: set[str] = set()
+        self.started = False
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
 
     # ----- roles -----
@@ -125,6 +126,7 @@ class Harness:
         self.recorder = Recorder()
         self.finals, self.workers_seen = set(), set()
         self.run_start = time.time()
+        self.started = True
         if not self.is_master:
             self.prepare_prompt()
             seed = self.settings.load_test.seed
@@ -302,6 +304,9 @@ class Harness:
     # ----- stop -----
     def on_test_stop(self, environment: Environment, **_: Any) -> None:
         run_end = time.time()
+        if not self.started:
+            return  # Locust fires test_stop when quitting a web UI that never started a test
+        self.started = False
         for greenlet in self.greenlets:
             greenlet.kill(block=False)
         self.greenlets = []

@@ -1,0 +1,67 @@
+"""`locust -f loadtest/` itself: bad settings stop it with a message, the web UI starts,
+and Locust sees exactly one user class and one shape in the folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import REPO, free_port, stop_process, wait_for_port
+from tests.loadtest.helpers import LOCUST, run_locust, write_settings
+
+
+def test_bad_settings_stop_the_run_with_field_and_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"load_test": {"steps": [16, 0]}, "workload": {"max_output_tokens": -3}}')
+    result = run_locust(bad, timeout_s=60)
+    assert result.returncode == 2
+    assert "load_test.steps: steps[1] is 0.0; every step must be > 0" in result.stderr
+    assert "workload.max_output_tokens:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_key_variable_is_named(tmp_path: Path) -> None:
+    settings = write_settings(tmp_path / "s.json", "http://127.0.0.1:9", tmp_path, "x",
+                              api={"api_key_env": "ZEROGAP_TEST_ABSENT_KEY"})  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "ZEROGAP_TEST_ABSENT_KEY"}
+    result = run_locust(settings, env=env, timeout_s=60)
+    assert result.returncode == 2
+    assert "environment variable ZEROGAP_TEST_ABSENT_KEY is not set" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_settings_from_the_environment_variable_and_the_list_of_classes(tmp_path: Path) -> None:
+    settings = write_settings(tmp_path / "s.json", "http://127.0.0.1:9", tmp_path, "x")
+    result = subprocess.run(
+        [LOCUST, "-f", str(REPO / "loadtest"), "--list"],
+        cwd=tmp_path,  # no settings.json here: ZEROGAP_SETTINGS must be read
+        env={**os.environ, "ZEROGAP_SETTINGS": str(settings)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["Available", "Users:", "LlmUser"]
+
+
+def test_web_ui_starts_and_serves_its_page(tmp_path: Path) -> None:
+    settings = write_settings(tmp_path / "s.json", "http://127.0.0.1:9", tmp_path / "runs", "ui")
+    port = free_port()
+    cmd = [LOCUST, "-f", str(REPO / "loadtest"), "--settings", str(settings), "--web-host", "127.0.0.1",
+           "--web-port", str(port)]  # fmt: skip
+    log = tmp_path / "locust.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        wait_for_port(port, timeout_s=30, proc=proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+            page = response.read().decode()
+            assert response.status == 200
+        assert "locust" in page.lower()
+    finally:
+        stop_process(proc)
+    err = log.read_text()
+    assert "Duplicate" not in err and "Traceback" not in err

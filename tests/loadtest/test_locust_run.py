@@ -1,0 +1,139 @@
+"""The real `locust -f loadtest/ --headless` against a real upstream of known timing.
+
+Truth (Behavior below): TTFT 200 ms, then 10 chunks of 2 tokens 40 ms apart, so a
+20-token request takes 0.2 + 9 x 0.04 = 0.56 s, TPOT = 0.36 / 19 s and each user
+streams 20 / 0.56 tokens/s. The report's figures must be within 10% of that.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port, stop_process
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.loadtest.backend_metrics import SignalServer
+from tests.loadtest.helpers import locust_cmd, read_report, run_locust, within, write_settings
+
+TTFT_S, INTERVAL_S, TOKENS_PER_CHUNK, OUTPUT_TOKENS = 0.2, 0.04, 2, 20
+E2E_S = TTFT_S + (OUTPUT_TOKENS // TOKENS_PER_CHUNK - 1) * INTERVAL_S
+TPOT_S = (E2E_S - TTFT_S) / (OUTPUT_TOKENS - 1)
+SECRET = "sk-zerogap-loadtest-secret-4711"
+
+
+def known_timing(api_key: str | None = None) -> Behavior:
+    return Behavior(ttft_s=TTFT_S, interval_s=INTERVAL_S, tokens_per_chunk=TOKENS_PER_CHUNK, api_key=api_key)
+
+
+def check_against_truth(step: dict, users: int, tps_tolerance: float = 0.10) -> None:
+    assert within(step["ttft_ms"]["p50"], TTFT_S * 1000), step["ttft_ms"]
+    assert within(step["tpot_ms"]["p50"], TPOT_S * 1000), step["tpot_ms"]
+    assert within(step["output_tps"], users * OUTPUT_TOKENS / E2E_S, tps_tolerance), step["output_tps"]
+    assert step["token_count_source"] == "usage"
+    assert step["requests_failed"] == 0
+
+
+def scrape_until(url: str, needle: str, proc: subprocess.Popen[str], timeout_s: float = 30) -> str:
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                text = response.read().decode()
+            if needle in text:
+                return text
+        except OSError:
+            pass
+        time.sleep(0.25)
+    return text
+
+
+@pytest.mark.slow
+def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
+    exporter_port = free_port()
+    with UpstreamServer(known_timing(SECRET)) as up, SignalServer(0.75, 0.012, 50.0) as signals:
+        settings = write_settings(
+            tmp_path / "settings.json", up.url, tmp_path / "runs", "known",
+            api={"api_key_env": "ZEROGAP_TEST_KEY"},
+            metrics={"backend_metrics_urls": [f"{up.url}/metrics", f"{signals.url}/metrics"],
+                     "exporter_port": exporter_port},
+        )  # fmt: skip
+        env = {**os.environ, "ZEROGAP_TEST_KEY": SECRET}
+        cmd = locust_cmd(settings, "--csv", str(tmp_path / "locust"))
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            live = scrape_until(f"http://127.0.0.1:{exporter_port}/metrics", 'outcome="ok"', proc)
+            out, err = proc.communicate(timeout=90)
+        finally:
+            stop_process(proc)  # type: ignore[arg-type]
+        seen_keys = {seen.headers.get("Authorization") for seen in up.requests}
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err
+    assert 'zerogap_loadtest_requests_total{outcome="ok"}' in live
+    assert "zerogap_loadtest_output_tokens_total" in live and "zerogap_loadtest_ttft_seconds_bucket" in live
+    assert seen_keys == {f"Bearer {SECRET}"}
+    run_dir = tmp_path / "runs" / "known"
+    report = read_report(run_dir)
+    first, second = report["steps"]
+    check_against_truth(first, 2)
+    check_against_truth(second, 4)
+    assert first["input_tokens_mean"] == 20  # /tokenize calibrated, the nonce included
+    assert first["gpu_util"] == {"mean": 75.0, "min": 75.0} and first["token_interval_ms"] == 12.0
+    assert first["backend"]["kv_cache_usage_mean"] == 0.25
+    assert "zerogap step 1/2 2 users" in out and "out tok/s" in out and "report.html" in out
+    for path in run_dir.iterdir():
+        assert SECRET not in path.read_bytes().decode("latin-1"), path
+    with open(tmp_path / "locust_stats.csv", newline="") as handle:
+        rows = {row["Type"]: row for row in csv.DictReader(handle)}
+    assert {"POST", "TTFT", "TPOT"} <= rows.keys()
+    totals = report["totals"]
+    # Locust rewrites its CSV once a second and not at the very end: it may miss the last second
+    lag = totals["requests_ok"] + totals["requests_failed"] - int(rows["POST"]["Request Count"])
+    assert 0 <= lag <= 4 * 2, lag
+
+
+@pytest.mark.slow
+def test_worker_processes_add_up(tmp_path: Path) -> None:
+    with UpstreamServer(known_timing()) as up:
+        settings = write_settings(tmp_path / "settings.json", up.url, tmp_path / "runs", "procs")
+        result = run_locust(settings, "--processes", "2")
+        finished = [seen for seen in up.requests if seen.finished]
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = read_report(tmp_path / "runs" / "procs")
+    assert report["run"]["num_worker_processes"] == 2
+    totals = report["totals"]
+    # every request the upstream finished was recorded by some worker (a few may end as the test stops)
+    assert abs(totals["requests_ok"] - len(finished)) <= 4, (totals, len(finished))
+    assert abs(totals["output_tokens_ok"] - sum(s.num_tokens_sent for s in finished)) <= 4 * OUTPUT_TOKENS
+    check_against_truth(report["steps"][1], 4, tps_tolerance=0.15)
+
+
+@pytest.mark.slow
+def test_open_loop_poisson_arrivals_record_send_lag(tmp_path: Path) -> None:
+    behavior = Behavior(ttft_s=0.05, interval_s=0.01, num_output_tokens=10)
+    with UpstreamServer(behavior) as up:
+        settings = write_settings(
+            tmp_path / "settings.json", up.url, tmp_path / "runs", "open",
+            load_test={"request_rate": 8, "steps": [8, 60], "concurrency": 4, "seed": 7, "warmup_seconds": 1,
+                       "step_duration_seconds": 5, "measure_last_seconds": 4},
+            workload={"max_output_tokens": 10},
+        )  # fmt: skip
+        result = run_locust(settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = read_report(tmp_path / "runs" / "open")
+    assert report["run"]["mode"] == "open_loop"
+    calm, flood = report["steps"]
+    assert calm["request_rate"] == 8 and calm["users"] == 4
+    assert within(calm["rps"], 8, 0.35), calm["rps"]
+    assert calm["send_lag_ms"]["p50"] is not None and calm["send_lag_ms"]["p50"] < 50
+    assert calm["valid"] is True
+    # 60 req/s cannot be sent by 4 users whose requests take ~0.15 s: the lag grows, the step is invalid
+    assert flood["rps"] < 40
+    assert flood["send_lag_ms"]["p90"] > 100
+    assert flood["valid"] is False and "send lag" in flood["invalid_reason"]
