@@ -1,4 +1,4 @@
-"""create_app(config): the Starlette app with the gateway's routes, middleware and lifespan."""
+"""create_app(config): the ASGI app: plain middleware, the completion endpoints, and Starlette for the rest."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.asgi import header
+from gateway.asgi import ASGIApp, header
 from gateway.errors import ApiError, error_body
-from gateway.middleware import ErrorShield
+from gateway.middleware import ErrorShield, FastPath
 from gateway.proxy import Completions
 from gateway.state import Gateway
 from gateway.upstream import UpstreamClient
@@ -82,14 +82,19 @@ def api_prefix(base_url: str) -> str:
     return urlsplit(base_url).path.rstrip("/")
 
 
-def routes(prefix: str) -> list[BaseRoute]:
-    api: list[BaseRoute] = [
-        Route("/v1/chat/completions", Completions(chat=True)),
-        Route("/v1/completions", Completions(chat=False)),
-        Route("/v1/models", models, methods=["GET"]),
-    ]
+def fast_routes(prefix: str) -> dict[str, ASGIApp]:
+    """The completion endpoints, also under the path of [server].base_url."""
+    chat, text = Completions(chat=True), Completions(chat=False)
+    paths: dict[str, ASGIApp] = {"/v1/chat/completions": chat, "/v1/completions": text}
     if prefix:
-        api += [Route(prefix + r.path, r.endpoint, methods=r.methods) for r in api if isinstance(r, Route)]
+        paths.update({prefix + path: endpoint for path, endpoint in list(paths.items())})
+    return paths
+
+
+def routes(prefix: str) -> list[BaseRoute]:
+    api: list[BaseRoute] = [Route("/v1/models", models, methods=["GET"])]
+    if prefix:
+        api.append(Route(prefix + "/v1/models", models, methods=["GET"]))
     return [
         *api,
         Route("/health", health, methods=["GET"]),
@@ -98,8 +103,9 @@ def routes(prefix: str) -> list[BaseRoute]:
     ]
 
 
-def create_app(config: Config, client: UpstreamClient | None = None) -> Starlette:
-    """The gateway app. `client` replaces the aiohttp upstream client (tests)."""
+def create_app(config: Config, client: UpstreamClient | None = None) -> ErrorShield:
+    """The gateway app (its `.state.gateway` is the Gateway while it runs).
+    `client` replaces the aiohttp upstream client (tests)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -111,10 +117,6 @@ def create_app(config: Config, client: UpstreamClient | None = None) -> Starlett
         finally:
             await gw.stop()
 
-    app = Starlette(
-        routes=routes(api_prefix(config.server.base_url)),
-        lifespan=lifespan,
-        exception_handlers={HTTPException: http_error},
-    )
-    app.add_middleware(ErrorShield)
-    return app
+    prefix = api_prefix(config.server.base_url)
+    app = Starlette(routes=routes(prefix), lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    return ErrorShield(FastPath(app, fast_routes(prefix)))

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from gateway.auth import Principal
@@ -69,6 +69,32 @@ class Outcome:
     last_s: float | None = None
     usage: dict[str, int] | None = None
     next_keepalive_s: float = 0.0
+
+
+class IdleWatch:
+    """Calls on_idle() once no touch (last_s = now) came for idle_s: one timer per idle period,
+    not one per chunk."""
+
+    __slots__ = ("_handle", "_loop", "fired", "idle_s", "last_s", "on_idle")
+
+    def __init__(self, idle_s: float, on_idle: Callable[[], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.idle_s = idle_s
+        self.on_idle = on_idle
+        self.fired = False
+        self.last_s = time.monotonic()
+        self._handle = self._loop.call_later(idle_s, self._check)
+
+    def _check(self) -> None:
+        wait_s = self.last_s + self.idle_s - time.monotonic()
+        if wait_s > 0:
+            self._handle = self._loop.call_later(wait_s, self._check)
+            return
+        self.fired = True
+        self.on_idle()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 def _json_start(status: int, body: bytes) -> Start:
@@ -246,28 +272,31 @@ class Relay:
         if data:
             yield data
         idle_s = self.settings.idle_timeout_s
+        watch = IdleWatch(idle_s, resp.close)
         try:
             while True:
-                async with asyncio.timeout(idle_s):
-                    chunk = await resp.read_chunk()
-                if not chunk:
+                chunk = await resp.read_chunk()
+                if not chunk or watch.fired:
                     break
-                out.last_s = time.monotonic()
+                out.last_s = watch.last_s = time.monotonic()
                 data = filt.feed(chunk)
                 if data:
                     yield data
+            if watch.fired:
+                raise UpstreamError("idle", "idle timeout")
             rest = filt.rest()
             if rest:
                 yield rest
-        except TimeoutError:
-            out.status = 504
-            yield sse_error(
-                f"The backend sent nothing for {idle_s} s ([gateway].idle_timeout_s); stream ended.", code=504
-            )
         except UpstreamError as exc:
-            out.status = 502
-            yield sse_error(f"The backend broke the stream: {exc.detail}", code=502)
+            if watch.fired:
+                out.status = 504
+                message = f"The backend sent nothing for {idle_s} s ([gateway].idle_timeout_s); stream ended."
+            else:
+                out.status = 502
+                message = f"The backend broke the stream: {exc.detail}"
+            yield sse_error(message, code=out.status)
         finally:
+            watch.cancel()
             out.usage = filt.usage
 
     def _account(self, out: Outcome) -> None:

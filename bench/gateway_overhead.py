@@ -1,0 +1,272 @@
+"""What the gateway costs: the same upstream and the same load, direct and through the
+gateway, alternated in one run. Prints the TPS ratio and the added TTFT p50/p99.
+
+Three processes share the machine: the upstream (tests/fixtures/upstream.py, known timing),
+the gateway (`zerogap gateway`), and the load generator (aiohttp, this file with --loadgen).
+The upstream's timing is modest (default 20 tokens/s per stream) so that the load generator
+does not saturate 2 cores by itself; every round keeps `--concurrency` streams open.
+
+    .venv/bin/python -m bench.gateway_overhead [--concurrency 256] [--rounds 3] [--round-s 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parent.parent
+KEY = "bench-unified-key"
+TOKEN = b'":" t'  # each token is " tN" in the fixture's chunks
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"a helper process exited with {proc.returncode} before port {port} opened")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"port {port} did not open within {timeout_s} s")
+
+
+# ---------------------------------------------------------------- load generator (own process)
+
+
+class Round:
+    def __init__(self, warmup_s: float, measure_s: float) -> None:
+        self.t0 = time.monotonic()
+        self.measure_from = self.t0 + warmup_s
+        self.measure_to = self.measure_from + measure_s
+        self.num_tokens = 0
+        self.ttft_s: list[float] = []
+        self.num_errors = 0
+
+    def in_window(self, t: float) -> bool:
+        return self.measure_from <= t < self.measure_to
+
+
+async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes, r: Round) -> None:
+    start = time.monotonic()
+    first = True
+    async with session.post(url, data=body, headers={"Authorization": f"Bearer {KEY}"}) as resp:
+        if resp.status != 200:
+            r.num_errors += 1
+            await resp.read()
+            return
+        async for data in resp.content.iter_any():
+            now = time.monotonic()
+            if first:
+                first = False
+                if r.in_window(start):
+                    r.ttft_s.append(now - start)
+            if r.in_window(now):
+                r.num_tokens += data.count(TOKEN)
+            if now >= r.measure_to:
+                return
+
+
+async def worker(session: aiohttp.ClientSession, url: str, body: bytes, r: Round) -> None:
+    while time.monotonic() < r.measure_to:
+        try:
+            await one_stream(session, url, body, r)
+        except (aiohttp.ClientError, OSError):
+            r.num_errors += 1
+            await asyncio.sleep(0.05)
+
+
+async def run_round(url: str, concurrency: int, warmup_s: float, measure_s: float, max_tokens: int) -> dict[str, Any]:
+    body = json.dumps(
+        {"model": "bench", "prompt": "hello there", "stream": True, "max_tokens": max_tokens, "ignore_eos": True}
+    ).encode()
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        r = Round(warmup_s, measure_s)
+        tasks = [asyncio.ensure_future(worker(session, url, body, r)) for _ in range(concurrency)]
+        await asyncio.wait(tasks, timeout=warmup_s + measure_s + 30)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return {"tps": r.num_tokens / measure_s, "ttft_s": r.ttft_s, "num_errors": r.num_errors}
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def loadgen(args: argparse.Namespace) -> None:
+    import uvloop
+
+    pids = {"upstream": args.upstream_pid, "gateway": args.gateway_pid, "loadgen": os.getpid()}
+    results = []
+    for i in range(args.rounds * 2):
+        kind = ("direct", "gateway")[i % 2]
+        url = (args.direct if kind == "direct" else args.gateway) + "/v1/completions"
+        before = {k: cpu_s(p) for k, p in pids.items()}
+        t0 = time.monotonic()
+        res = uvloop.run(run_round(url, args.concurrency, args.warmup_s, args.round_s, args.max_tokens))
+        wall_s = time.monotonic() - t0
+        cpu = {k: (cpu_s(p) - before[k]) / wall_s for k, p in pids.items()}
+        res.update(kind=kind, cpu=cpu)
+        results.append(res)
+        shown = " ".join(f"{k}={v:.0%}" for k, v in cpu.items())
+        print(
+            f"  round {i + 1}: {kind:<8} {res['tps']:8.0f} tok/s  errors={res['num_errors']}  CPU of a core: {shown}",
+            file=sys.stderr,
+        )
+    print(json.dumps(results))
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, float]:
+    by = {k: [r for r in results if r["kind"] == k] for k in ("direct", "gateway")}
+    ttft = {k: [t for r in rs for t in r["ttft_s"]] for k, rs in by.items()}
+    tps = {k: statistics.mean(r["tps"] for r in rs) for k, rs in by.items()}
+    return {
+        "tps_direct": tps["direct"],
+        "tps_gateway": tps["gateway"],
+        "tps_ratio": tps["gateway"] / tps["direct"],
+        "ttft_p50_direct_ms": 1000 * pct(ttft["direct"], 0.5),
+        "ttft_p50_gateway_ms": 1000 * pct(ttft["gateway"], 0.5),
+        "ttft_p99_direct_ms": 1000 * pct(ttft["direct"], 0.99),
+        "ttft_p99_gateway_ms": 1000 * pct(ttft["gateway"], 0.99),
+        "added_ttft_p50_ms": 1000 * (pct(ttft["gateway"], 0.5) - pct(ttft["direct"], 0.5)),
+        "added_ttft_p99_ms": 1000 * (pct(ttft["gateway"], 0.99) - pct(ttft["direct"], 0.99)),
+        "num_errors": sum(r["num_errors"] for r in results),
+        "num_ttft_samples": min(len(v) for v in ttft.values()),
+    }
+
+
+def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def orchestrate(args: argparse.Namespace) -> int:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TAOTOKEN_API_KEY": KEY}
+    up_port, gw_port = free_port(), free_port()
+    upstream = start(
+        [sys.executable, "-m", "tests.fixtures.upstream", "--port", str(up_port), "--model", "bench",
+         "--ttft-s", str(args.ttft_s), "--interval-s", str(args.interval_s), "--num-output-tokens", "100000"],
+        env,
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "config.toml"
+        config.write_text(
+            f'[server]\nport = {gw_port}\napi_key = "${{TAOTOKEN_API_KEY}}"\n'
+            f'base_url = "http://127.0.0.1:{gw_port}/api"\n[gateway]\nkey_store = "keys.db"\n'
+            f'[logging]\nlevel = "warning"\n'
+            f'[[backends]]\nname = "up"\nurl = "http://127.0.0.1:{up_port}"\nmodel = "bench"\n'
+        )
+        gateway = start([sys.executable, "-m", "zerogap", "gateway", "--config", str(config)], env)
+        try:
+            wait_port(up_port, upstream)
+            wait_port(gw_port, gateway)
+            time.sleep(1.0)
+            return run_loadgen(args, env, (up_port, upstream.pid), (gw_port, gateway.pid))
+        finally:
+            stop(gateway)
+            stop(upstream)
+
+
+def run_loadgen(args: argparse.Namespace, env: dict[str, str], up: tuple[int, int], gw: tuple[int, int]) -> int:
+    (up_port, up_pid), (gw_port, gw_pid) = up, gw
+    per_stream = 1 / args.interval_s
+    print(
+        f"gateway overhead: {args.concurrency} streams, upstream TTFT {args.ttft_s * 1000:.0f} ms, "
+        f"{per_stream:.0f} tok/s per stream, {args.max_tokens} tokens per request, "
+        f"{args.rounds} x (direct, gateway) rounds of {args.warmup_s:.0f}+{args.round_s:.0f} s; {os.cpu_count()} cores",
+        file=sys.stderr,
+    )
+    cmd = [sys.executable, "-m", "bench.gateway_overhead", "--loadgen",
+           "--direct", f"http://127.0.0.1:{up_port}", "--gateway", f"http://127.0.0.1:{gw_port}",
+           "--concurrency", str(args.concurrency), "--rounds", str(args.rounds), "--round-s", str(args.round_s),
+           "--warmup-s", str(args.warmup_s), "--max-tokens", str(args.max_tokens),
+           "--upstream-pid", str(up_pid), "--gateway-pid", str(gw_pid)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, check=True)
+    s = summarize(json.loads(proc.stdout))
+    print(f"TPS direct {s['tps_direct']:.0f}, through gateway {s['tps_gateway']:.0f}: ratio {s['tps_ratio']:.3f}")
+    print(
+        f"TTFT p50 direct {s['ttft_p50_direct_ms']:.2f} ms, gateway {s['ttft_p50_gateway_ms']:.2f} ms: "
+        f"added {s['added_ttft_p50_ms']:+.2f} ms"
+    )
+    print(
+        f"TTFT p99 direct {s['ttft_p99_direct_ms']:.2f} ms, gateway {s['ttft_p99_gateway_ms']:.2f} ms: "
+        f"added {s['added_ttft_p99_ms']:+.2f} ms"
+    )
+    print(f"errors {s['num_errors']}, TTFT samples per side >= {s['num_ttft_samples']}")
+    print(json.dumps({k: round(v, 4) for k, v in s.items()}))
+    return 0
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--concurrency", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=3, help="pairs of (direct, gateway) rounds")
+    p.add_argument("--round-s", type=float, default=12.0, help="measured seconds per round")
+    p.add_argument("--warmup-s", type=float, default=3.0)
+    p.add_argument("--ttft-s", type=float, default=0.05, help="upstream time to first token")
+    p.add_argument("--interval-s", type=float, default=0.05, help="upstream time between tokens")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per request")
+    p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--direct", help=argparse.SUPPRESS)
+    p.add_argument("--gateway", help=argparse.SUPPRESS)
+    p.add_argument("--upstream-pid", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--gateway-pid", type=int, default=0, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.loadgen:
+        loadgen(args)
+        return 0
+    return orchestrate(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
