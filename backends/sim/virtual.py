@@ -26,12 +26,14 @@ class Arrival:
     prompt_token_ids: list[int]
     max_tokens: int
     ignore_eos: bool = True
+    user: int = 0  # who sent it: closed-loop drivers send the user's next request on finish
 
 
 @dataclass(slots=True)
 class RequestRecord:
     arrival_s: float
     num_prompt_tokens: int
+    user: int = 0
     first_token_s: float | None = None
     finish_s: float | None = None
     num_output_tokens: int = 0
@@ -112,7 +114,7 @@ class VirtualEngine:
         seq: Sequence = self.core.new_sequence(
             arrival.prompt_token_ids, arrival.max_tokens, arrival.t_s, arrival.ignore_eos
         )
-        record = RequestRecord(arrival.t_s, seq.num_prompt_tokens)
+        record = RequestRecord(arrival.t_s, seq.num_prompt_tokens, arrival.user)
         live[seq.seq_id] = record
         run.requests.append(record)
         self.core.add(seq)
@@ -137,11 +139,11 @@ def closed_loop(
     sending its next request gap_s after its last one ended."""
     rng = random.Random(seed)
 
-    def arrival(t_s: float) -> Arrival:
-        return Arrival(t_s, random_prompt(rng, prompt_tokens), output_tokens)
+    def arrival(t_s: float, user: int) -> Arrival:
+        return Arrival(t_s, random_prompt(rng, prompt_tokens), output_tokens, user=user)
 
     def on_finish(record: RequestRecord, t_s: float) -> list[Arrival]:
-        return [arrival(t_s + gap_s)]
+        return [arrival(t_s + gap_s, record.user)]
 
-    starts = [ramp_s * i / concurrency for i in range(concurrency)]
-    return VirtualEngine(settings).run([arrival(t) for t in starts], duration_s, on_finish)
+    starts = [arrival(ramp_s * i / concurrency, i) for i in range(concurrency)]
+    return VirtualEngine(settings).run(starts, duration_s, on_finish)

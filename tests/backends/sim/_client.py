@@ -45,7 +45,7 @@ async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any])
                 continue
             if line == b"data: [DONE]":
                 result.done = True
-                break
+                continue  # read to the end so that the connection is reused
             event = json.loads(line[6:])
             if _has_token(event):
                 result.token_times_s.append(time.monotonic())
