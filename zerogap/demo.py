@@ -1,0 +1,166 @@
+"""`zerogap demo`: the whole loop on one command, no GPU needed.
+
+Two simulated pools behind one gateway, "baseline" (synchronous scheduling, no slot
+reuse) and "zerogap" (slot reuse + async scheduling), each load-tested in steps with the
+Locust harness through the gateway; then one report that sets them side by side.
+Everything it starts runs under the backends' supervisor and is stopped on the way
+out, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import loadtest
+from loadtest._compare import render_comparison
+from loadtest._console import table
+from loadtest._report import ReportError, read_report
+from zerogap.demo_stack import KEY_ENV, POOLS, Pool, Stack, free_port, harness_settings
+
+
+def _steps(text: str) -> list[int]:
+    try:
+        steps = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        steps = []
+    if not steps or min(steps) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive concurrencies, e.g. 32,128,256")
+    return steps
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number above 0")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zerogap demo", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/demo-<UTC time>)")
+    parser.add_argument("--steps", type=_steps, default=[32, 128, 256], help="concurrency steps (default 32,128,256)")
+    parser.add_argument("--step-seconds", type=_positive, default=30.0, help="hold each step (default 30)")
+    parser.add_argument("--measure-seconds", type=_positive, default=20.0, help="measure its last N s (default 20)")
+    parser.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up at the first step (default 5)")
+    parser.add_argument("--time-scale", type=_positive, default=8.0, help="sim time scale: 2 cores keep up (8)")
+    parser.add_argument("--input-tokens", type=int, default=128, help="prompt tokens per request (default 128)")
+    parser.add_argument("--output-tokens", type=int, default=128, help="output tokens per request (default 128)")
+    return parser
+
+
+def _relay_progress(proc: subprocess.Popen[str], log_path: Path) -> None:
+    """The harness's output into its log; its one-line-per-step progress onto the console."""
+    assert proc.stdout is not None
+    with log_path.open("w", encoding="utf-8") as log:
+        for line in proc.stdout:
+            log.write(line)
+            if line.startswith("zerogap step"):
+                print("  " + line.rstrip(), flush=True)
+
+
+def run_harness(pool: Pool, args: argparse.Namespace, stack: Stack, out_dir: Path) -> Path:
+    """One stepped Locust run against one pool; returns its run folder."""
+    settings = out_dir / f"settings-{pool.name}.json"
+    settings.write_text(harness_settings(pool, args, stack.gateway_port, out_dir), encoding="utf-8")
+    locust_dir = Path(next(iter(loadtest.__path__))).resolve()
+    argv = [sys.executable, "-m", "locust", "-f", str(locust_dir), "--headless", "--settings", str(settings)]
+    env = {**os.environ, KEY_ENV: stack.key}
+    print(f"\n== {pool.name}: {pool.blurb} (steps {args.steps}, {args.step_seconds:g} s each) ==", flush=True)
+    log_path = out_dir / "logs" / f"locust-{pool.name}.log"
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    relay = threading.Thread(target=_relay_progress, args=(proc, log_path), daemon=True)
+    relay.start()
+    try:
+        while proc.poll() is None:  # the main thread stays free to take Ctrl-C / SIGTERM
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(30)
+        relay.join(5)
+    run_dir = out_dir / pool.name
+    if proc.returncode != 0 or not (run_dir / "report.json").exists():
+        raise RuntimeError(f"the load test against {pool.name} failed (exit {proc.returncode}); see {log_path}")
+    return run_dir
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops everything, as Ctrl-C does
+    out_dir: Path = (args.out or Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%dT%H%M%SZ")).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pools = [Pool(p.name, p.scheduling, p.slot_reuse, p.blurb, free_port()) for p in POOLS]
+    key = "sk-demo-" + secrets.token_urlsafe(24)
+    stack = Stack(pools, args.time_scale, out_dir, key, free_port())
+    print(
+        f"zerogap demo: two simulated pools (time scale {args.time_scale:g}) behind one gateway; logs in "
+        f"{out_dir / 'logs'}",
+        flush=True,
+    )
+    try:
+        stack.start()
+        print(f"zerogap demo: gateway on {stack.base_url}; sims on ports {[p.port for p in pools]}", flush=True)
+        run_dirs = [run_harness(pool, args, stack, out_dir) for pool in pools]
+    except KeyboardInterrupt:
+        print("\nzerogap demo: interrupted; stopping everything it started", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"zerogap demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+    return _summarize(pools, run_dirs, out_dir)
+
+
+def _summarize(pools: list[Pool], run_dirs: list[Path], out_dir: Path) -> int:
+    try:
+        reports = [read_report(run_dir)[0] for run_dir in run_dirs]
+        page = render_comparison(run_dirs, [p.name for p in pools], out_dir)
+    except ReportError as exc:
+        print(f"zerogap demo: {exc}", file=sys.stderr)
+        return 1
+    for pool, report in zip(pools, reports, strict=True):
+        print(f"\n{pool.name} ({pool.blurb}):\n{table(report)}")
+    print("\n" + _headline(pools, reports))
+    print(f"\nzerogap demo: report at {page}")
+    return 0
+
+
+def _headline(pools: list[Pool], reports: list[dict[str, object]]) -> str:
+    """TPS and GPU utilization of each pool at the top step, and the ratio."""
+    lines = []
+    tops = []
+    for pool, report in zip(pools, reports, strict=True):
+        steps = report["steps"]
+        assert isinstance(steps, list)
+        top = steps[-1]
+        tops.append(top)
+        gpu = top.get("gpu_util")
+        gpu_text = f"{gpu['mean']:.0f}% GPU busy" if gpu else "GPU busy n/a"
+        interval = top.get("token_interval_ms")
+        interval_text = f", token interval {interval:.1f} ms" if isinstance(interval, int | float) else ""
+        lines.append(
+            f"  {pool.name:>9} at {top.get('concurrency')} streams: {top['output_tps']:,.0f} output tok/s, "
+            f"{gpu_text}{interval_text}"
+        )
+    if len(tops) == 2 and tops[0]["output_tps"]:
+        lines.append(f"  {pools[1].name} / {pools[0].name} TPS: {tops[1]['output_tps'] / tops[0]['output_tps']:.2f}x")
+    return "at the top step:\n" + "\n".join(lines)
