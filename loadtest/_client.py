@@ -23,6 +23,7 @@ from loadtest._record import RequestRecord
 from loadtest._sse import SseParser
 
 BLOCK_SIZE = 64 * 1024
+DRAIN_TIMEOUT_S = 1.0
 INTERRUPTED = "interrupted"  # the test stopped while the request streamed: not a failure
 Callback = Callable[[RequestRecord, list[float]], None]
 
@@ -98,6 +99,8 @@ class StreamClient:
                 if parser.done:
                     break
             parser.finish(clock())
+            if parser.done and not response.message_complete:
+                _drain(response)  # the body's end follows [DONE]: read it so the connection is kept
         finally:
             response.release()
         if parser.error is not None:
@@ -106,6 +109,12 @@ class StreamClient:
             raise RequestFailed("broken stream", "the stream ended without data: [DONE]")
         if not parser.content_times:
             raise RequestFailed("empty stream", "no content chunk before [DONE]")
+
+
+def _drain(response: Any) -> None:
+    with gevent.Timeout(DRAIN_TIMEOUT_S, False):
+        while response.readline(b"\n"):
+            pass
 
 
 def _error_message(text: str) -> str:
