@@ -59,6 +59,12 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     except web.HTTPRequestEntityTooLarge as exc:
         error = RequestError(f"The request body is too large ({exc.text}).", status=413)
         return web.json_response(error.body(), status=413)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+        routes = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, GET /metrics"
+        message = f"{exc.reason}: {request.method} {request.path}. This server has {routes}, GET /health."
+        body = {"error": {"message": message, "type": type(exc).__name__[4:] + "Error", "param": None,
+                          "code": exc.status}}  # fmt: skip
+        return web.json_response(body, status=exc.status)
 
 
 async def _json_body(request: web.Request) -> Any:

@@ -151,6 +151,15 @@ async def test_unknown_model_is_404(sim, session):
     assert error["type"] == "NotFoundError" and MODEL in error["message"]
 
 
+async def test_unknown_route_and_wrong_method_are_json_errors(sim, session):
+    async with session.get(f"{sim.url}/v1/nothing") as response:
+        assert response.status == 404
+        assert "POST /v1/chat/completions" in (await response.json())["error"]["message"]
+    async with session.get(f"{sim.url}/v1/completions") as response:
+        assert response.status == 405
+        assert (await response.json())["error"]["code"] == 405
+
+
 async def test_metrics_have_vllm_names_and_model_label(sim, session):
     await stream(session, f"{sim.url}/v1/completions", {"prompt": "a b", "max_tokens": 3})
     samples = await metrics(session, sim.url)
