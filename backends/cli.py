@@ -48,4 +48,8 @@ def up(config_path: Path, engine: str, log_dir: Path | None) -> int:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    return up(args.config, args.engine, args.log_dir)
+    try:
+        return up(args.config, args.engine, args.log_dir)
+    except KeyboardInterrupt:  # Ctrl-C before the supervisor took over: nothing was started yet
+        print("zerogap backends: interrupted", file=sys.stderr)
+        return 130

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,11 +168,26 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+def gateway_takes_it_out(pool: Pool, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(pool.gateway_url + "/ready", timeout=2):
+                pass
+        except urllib.error.HTTPError as exc:
+            return exc.code == 503
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 def test_killed_replica_is_restarted_and_everything_stops_clean(pool: Pool) -> None:
     leader, group = replica_group(pool)
     assert len(group) >= 2, "vLLM's engine core should run in the replica's group"
     os.kill(leader, signal.SIGKILL)  # only the API server: its engine core is the launcher's to clean up
     pool.wait_output("replica0 exited (code -9); restarting in 1 s", 30)
+    assert gateway_takes_it_out(pool, 5.0), "the gateway still reported ready with its only replica dead"
     pool.wait_output("replica0 is back up", 240)
     assert not [pid for pid in group if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     deadline = time.monotonic() + 15  # the gateway's health check brings it back into rotation
