@@ -61,6 +61,7 @@ class Round:
         self.measure_from = self.t0 + warmup_s
         self.measure_to = self.measure_from + measure_s
         self.num_tokens = 0
+        self.num_tokens_all = 0
         self.ttft_s: list[float] = []
         self.num_errors = 0
 
@@ -82,8 +83,10 @@ async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes, r: R
                 first = False
                 if r.in_window(start):
                     r.ttft_s.append(now - start)
+            num = data.count(TOKEN)
+            r.num_tokens_all += num
             if r.in_window(now):
-                r.num_tokens += data.count(TOKEN)
+                r.num_tokens += num
             if now >= r.measure_to:
                 return
 
@@ -110,7 +113,12 @@ async def run_round(url: str, concurrency: int, warmup_s: float, measure_s: floa
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return {"tps": r.num_tokens / measure_s, "ttft_s": r.ttft_s, "num_errors": r.num_errors}
+    return {
+        "tps": r.num_tokens / measure_s,
+        "ttft_s": r.ttft_s,
+        "num_errors": r.num_errors,
+        "num_tokens_all": r.num_tokens_all,
+    }
 
 
 def cpu_s(pid: int) -> float:
@@ -135,7 +143,7 @@ def loadgen(args: argparse.Namespace) -> None:
         res = uvloop.run(run_round(url, args.concurrency, args.warmup_s, args.round_s, args.max_tokens))
         wall_s = time.monotonic() - t0
         cpu = {k: (cpu_s(p) - before[k]) / wall_s for k, p in pids.items()}
-        res.update(kind=kind, cpu=cpu)
+        res.update(kind=kind, cpu=cpu, wall_s=wall_s)
         results.append(res)
         shown = " ".join(f"{k}={v:.0%}" for k, v in cpu.items())
         print(
@@ -157,16 +165,22 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, float]:
     by = {k: [r for r in results if r["kind"] == k] for k in ("direct", "gateway")}
     ttft = {k: [t for r in rs for t in r["ttft_s"]] for k, rs in by.items()}
     tps = {k: statistics.mean(r["tps"] for r in rs) for k, rs in by.items()}
+    pair_ratios = [g["tps"] / d["tps"] for d, g in zip(by["direct"], by["gateway"], strict=True) if d["tps"]]
+    gw_cpu_us = [1e6 * r["cpu"]["gateway"] * r["wall_s"] / max(1, r["num_tokens_all"]) for r in by["gateway"]]
+    up_cpu_us = [1e6 * r["cpu"]["upstream"] * r["wall_s"] / max(1, r["num_tokens_all"]) for r in by["direct"]]
     return {
         "tps_direct": tps["direct"],
         "tps_gateway": tps["gateway"],
         "tps_ratio": tps["gateway"] / tps["direct"],
+        "tps_ratio_median_of_pairs": statistics.median(pair_ratios),
         "ttft_p50_direct_ms": 1000 * pct(ttft["direct"], 0.5),
         "ttft_p50_gateway_ms": 1000 * pct(ttft["gateway"], 0.5),
         "ttft_p99_direct_ms": 1000 * pct(ttft["direct"], 0.99),
         "ttft_p99_gateway_ms": 1000 * pct(ttft["gateway"], 0.99),
         "added_ttft_p50_ms": 1000 * (pct(ttft["gateway"], 0.5) - pct(ttft["direct"], 0.5)),
         "added_ttft_p99_ms": 1000 * (pct(ttft["gateway"], 0.99) - pct(ttft["direct"], 0.99)),
+        "gateway_cpu_us_per_token": statistics.median(gw_cpu_us),
+        "upstream_cpu_us_per_token": statistics.median(up_cpu_us),
         "num_errors": sum(r["num_errors"] for r in results),
         "num_ttft_samples": min(len(v) for v in ttft.values()),
     }
@@ -213,13 +227,18 @@ def orchestrate(args: argparse.Namespace) -> int:
             stop(upstream)
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def run_loadgen(args: argparse.Namespace, env: dict[str, str], up: tuple[int, int], gw: tuple[int, int]) -> int:
     (up_port, up_pid), (gw_port, gw_pid) = up, gw
     per_stream = 1 / args.interval_s
     print(
         f"gateway overhead: {args.concurrency} streams, upstream TTFT {args.ttft_s * 1000:.0f} ms, "
         f"{per_stream:.0f} tok/s per stream, {args.max_tokens} tokens per request, "
-        f"{args.rounds} x (direct, gateway) rounds of {args.warmup_s:.0f}+{args.round_s:.0f} s; {os.cpu_count()} cores",
+        f"{args.rounds} x (direct, gateway) rounds of {args.warmup_s:.0f}+{args.round_s:.0f} s; "
+        f"{os.cpu_count()} cores, load average {load()}",
         file=sys.stderr,
     )
     cmd = [sys.executable, "-m", "bench.gateway_overhead", "--loadgen",
@@ -238,7 +257,11 @@ def run_loadgen(args: argparse.Namespace, env: dict[str, str], up: tuple[int, in
         f"TTFT p99 direct {s['ttft_p99_direct_ms']:.2f} ms, gateway {s['ttft_p99_gateway_ms']:.2f} ms: "
         f"added {s['added_ttft_p99_ms']:+.2f} ms"
     )
-    print(f"errors {s['num_errors']}, TTFT samples per side >= {s['num_ttft_samples']}")
+    print(
+        f"TPS ratio, median of the {args.rounds} pairs: {s['tps_ratio_median_of_pairs']:.3f}; CPU per token relayed: "
+        f"gateway {s['gateway_cpu_us_per_token']:.0f} us, upstream {s['upstream_cpu_us_per_token']:.0f} us"
+    )
+    print(f"errors {s['num_errors']}, TTFT samples per side >= {s['num_ttft_samples']}; load average {load()}")
     print(json.dumps({k: round(v, 4) for k, v in s.items()}))
     return 0
 
@@ -246,12 +269,12 @@ def run_loadgen(args: argparse.Namespace, env: dict[str, str], up: tuple[int, in
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=3, help="pairs of (direct, gateway) rounds")
-    p.add_argument("--round-s", type=float, default=12.0, help="measured seconds per round")
+    p.add_argument("--rounds", type=int, default=5, help="pairs of (direct, gateway) rounds")
+    p.add_argument("--round-s", type=float, default=8.0, help="measured seconds per round")
     p.add_argument("--warmup-s", type=float, default=3.0)
     p.add_argument("--ttft-s", type=float, default=0.05, help="upstream time to first token")
-    p.add_argument("--interval-s", type=float, default=0.05, help="upstream time between tokens")
-    p.add_argument("--max-tokens", type=int, default=64, help="tokens per request")
+    p.add_argument("--interval-s", type=float, default=0.1, help="upstream time between tokens")
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens per request")
     p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--direct", help=argparse.SUPPRESS)
     p.add_argument("--gateway", help=argparse.SUPPRESS)
