@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from loadtest._compare import render_comparison
 from loadtest._plan import Plan
@@ -13,6 +16,7 @@ from loadtest._report_cli import main as report_main
 from loadtest._settings import parse_settings
 from loadtest._summary import find_knee, summarize_run
 from loadtest._timeline import Sample
+from tests.conftest import REPO, zerogap_cmd
 
 PNG = b"\x89PNG\r\n\x1a\n"
 START = 1_000_000.0
@@ -93,7 +97,8 @@ def test_knee_is_the_step_after_which_tps_stalls_while_latency_grows() -> None:
     assert find_knee([step(0, 32, 1000, 10), step(1, 128, 3000, 12)]) is None
 
 
-def test_rerender_and_compare(tmp_path: Path, capsys) -> None:
+@pytest.mark.slow
+def test_rerender_and_compare(tmp_path: Path) -> None:
     sync = synthetic_run(tmp_path / "sync", 0.55, 20.0).parent
     fast = synthetic_run(tmp_path / "async", 0.95, 0.0).parent
     (sync / "report.html").unlink()
@@ -103,8 +108,11 @@ def test_rerender_and_compare(tmp_path: Path, capsys) -> None:
     assert (tmp_path / "cmp" / "compare.png").read_bytes().startswith(PNG)
     page = out.read_text()
     assert "sync" in page and "async" in page
-    assert report_main([str(sync), str(fast), "--labels", "a,b", "--out", str(tmp_path / "cmp2")]) == 0
-    assert (tmp_path / "cmp2" / "report.html").is_file()
+    cmd = zerogap_cmd("report", str(sync), str(fast), "--labels", "a,b", "--out", str(tmp_path / "cmp2"))
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(tmp_path / "cmp2" / "report.html")
+    assert (tmp_path / "cmp2" / "compare.png").read_bytes().startswith(PNG)
     assert render_run(fast).is_file()
 
 
