@@ -16,16 +16,16 @@ class StepSummary:
     concurrency: int
     output_tps: float
     rps: float
-    ttft_p50_s: float
-    ttft_p99_s: float
-    tpot_mean_s: float
+    ttft_p50_s: float | None  # None: no request got its first token in the window
+    ttft_p99_s: float | None
+    tpot_mean_s: float | None  # None: no request finished in the window (hold the step longer)
     gpu_busy: float
     interval_ms: float
     forward_ms: float
     step_ms: float
     batch_mean: float
 
-    def as_dict(self) -> dict[str, float | int | str]:
+    def as_dict(self) -> dict[str, float | int | str | None]:
         return asdict(self)
 
 
@@ -40,15 +40,16 @@ def summarise(run: VirtualRun, mode: str, concurrency: int, start_s: float, end_
     def mean(values: list[float]) -> float:
         return float(np.mean(values)) if values else 0.0
 
-    ttft_arr = np.asarray([t for t in ttfts if t is not None]) if ttfts else np.zeros(1)
+    ttft_arr = np.asarray([t for t in ttfts if t is not None])
+    tpot_list = [t for t in tpots if t is not None]
     return StepSummary(
         mode=mode,
         concurrency=concurrency,
         output_tps=sum(s.num_new_tokens for s in steps) / span,
         rps=done / span,
-        ttft_p50_s=float(np.percentile(ttft_arr, 50)),
-        ttft_p99_s=float(np.percentile(ttft_arr, 99)),
-        tpot_mean_s=mean([t for t in tpots if t is not None]),
+        ttft_p50_s=float(np.percentile(ttft_arr, 50)) if ttft_arr.size else None,
+        ttft_p99_s=float(np.percentile(ttft_arr, 99)) if ttft_arr.size else None,
+        tpot_mean_s=mean(tpot_list) if tpot_list else None,
         gpu_busy=sum(s.forward_s for s in steps) / span,
         interval_ms=1000 * mean([s.interval_s for s in steps]),
         forward_ms=1000 * mean([s.forward_s for s in steps]),
@@ -76,25 +77,30 @@ def run_plan(
     return out
 
 
-COLUMNS = (
-    ("mode", "{:>16}"),
-    ("concurrency", "{:>11d}"),
-    ("output_tps", "{:>10.0f}"),
-    ("rps", "{:>7.2f}"),
-    ("ttft_p50_s", "{:>10.3f}"),
-    ("ttft_p99_s", "{:>10.3f}"),
-    ("tpot_mean_s", "{:>11.4f}"),
-    ("gpu_busy", "{:>8.1%}"),
-    ("interval_ms", "{:>11.1f}"),
-    ("forward_ms", "{:>10.1f}"),
-    ("step_ms", "{:>7.1f}"),
-    ("batch_mean", "{:>10.1f}"),
+COLUMNS = (  # name, width, format spec
+    ("mode", 16, ""),
+    ("concurrency", 11, "d"),
+    ("output_tps", 10, ".0f"),
+    ("rps", 7, ".2f"),
+    ("ttft_p50_s", 10, ".3f"),
+    ("ttft_p99_s", 10, ".3f"),
+    ("tpot_mean_s", 11, ".4f"),
+    ("gpu_busy", 8, ".1%"),
+    ("interval_ms", 11, ".1f"),
+    ("forward_ms", 10, ".1f"),
+    ("step_ms", 7, ".1f"),
+    ("batch_mean", 10, ".1f"),
 )
 
 
 def format_table(rows: list[StepSummary]) -> str:
-    header = " ".join(f"{name:>{len(fmt.format(getattr(rows[0], name)))}}" for name, fmt in COLUMNS) if rows else ""
-    lines = [header]
+    lines = [" ".join(name.rjust(width) for name, width, _ in COLUMNS)]
     for row in rows:
-        lines.append(" ".join(fmt.format(getattr(row, name)) for name, fmt in COLUMNS))
+        cells = []
+        for name, width, spec in COLUMNS:
+            value = getattr(row, name)
+            cells.append("-".rjust(width) if value is None else format(value, spec).rjust(width))
+        lines.append(" ".join(cells))
+    if any(row.tpot_mean_s is None for row in rows):
+        lines.append("-: no request finished in the measured window; hold the step longer (--step-duration-s).")
     return "\n".join(lines)
