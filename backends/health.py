@@ -7,6 +7,8 @@ import urllib.error
 import urllib.request
 
 HEALTH_TIMEOUT_S = 1.0
+# Replicas are local: never through an http_proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -22,7 +24,7 @@ def port_is_free(host: str, port: int) -> bool:
 
 def health_ok(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with _OPENER.open(url, timeout=timeout_s) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False

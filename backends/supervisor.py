@@ -83,12 +83,23 @@ class StartupFailure(Exception):
     """A replica that cannot come up; str() says what to do."""
 
 
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up here, not in the forked child: no dlopen between fork and exec.
+_PRCTL = _load_prctl() if sys.platform == "linux" else None
+PR_SET_PDEATHSIG = 1
+
+
 def _set_parent_death_signal() -> None:
     """Linux: the child gets SIGTERM if this supervisor dies without cleaning up."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def group_alive(pgid: int) -> bool:
@@ -154,7 +165,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped as a whole
-            preexec_fn=_set_parent_death_signal if sys.platform == "linux" else None,
+            preexec_fn=_set_parent_death_signal if _PRCTL is not None else None,
         )
         child.proc = proc
         child.state = "starting"

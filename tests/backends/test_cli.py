@@ -136,3 +136,21 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+@pytest.mark.slow
+def test_replicas_do_not_outlive_a_killed_launcher(tmp_path) -> None:
+    """SIGKILL leaves no chance to clean up: the kernel's parent-death signal stops the replica."""
+    port = free_port()
+    config = write_config(tmp_path, f'[engine]\nmodel = "tiny"\nbase_port = {port}\n')
+    cmd = zerogap_cmd("backends", "up", "--engine", "sim", "--config", str(config))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        wait_for(lambda: healthy(port), 60, "the sim replica")
+        (replica,) = replica_pids(psutil.Process(proc.pid)).values()
+        proc.kill()
+        proc.wait(10)
+        wait_for(lambda: not psutil.pid_exists(replica) or psutil.Process(replica).status() == "zombie", 15, "exit")
+    finally:
+        stop_process(proc)
+    assert not healthy(port)
