@@ -8,18 +8,33 @@ hard deadline; Chromium's whole process group is killed when the deadline passes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 DEFAULT_WAIT_MS = 5000
+_CONSOLE = re.compile(r":INFO:CONSOLE[^\]]*\] (.*)$", re.MULTILINE)
 
 
 class RenderError(RuntimeError):
     """Chromium is missing, failed, timed out, or wrote no picture."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page after its scripts ran: its DOM, and what it wrote to the JS console (errors included)."""
+
+    dom: str
+    console: list[str]
+
+    @property
+    def script_errors(self) -> list[str]:
+        return [line for line in self.console if "Uncaught" in line or "Error" in line]
 
 
 def chromium_path() -> str:
@@ -90,6 +105,23 @@ def render_png(
     return out
 
 
+def inspect_page(
+    url: str,
+    width: int = 1400,
+    height: int = 900,
+    wait_ms: int = DEFAULT_WAIT_MS,
+    timeout_s: float = 90.0,
+) -> Page:
+    """The page's DOM after its scripts ran for wait_ms of virtual time, and its console messages."""
+    tail = ["--enable-logging=stderr", "--v=0", "--dump-dom", url]
+    done = _run_chromium(tail, width, height, wait_ms, timeout_s)
+    html = done.stdout.decode(errors="replace")
+    if done.returncode != 0 or not html.strip():
+        detail = done.stderr.decode(errors="replace")[-2000:]
+        raise RenderError(f"chromium dumped no DOM for {url} (exit {done.returncode}): {detail}")
+    return Page(html, _CONSOLE.findall(done.stderr.decode(errors="replace")))
+
+
 def dump_dom(
     url: str,
     width: int = 1400,
@@ -98,9 +130,4 @@ def dump_dom(
     timeout_s: float = 90.0,
 ) -> str:
     """The page's DOM as HTML after its scripts ran for wait_ms of virtual time."""
-    done = _run_chromium(["--dump-dom", url], width, height, wait_ms, timeout_s)
-    html = done.stdout.decode(errors="replace")
-    if done.returncode != 0 or not html.strip():
-        detail = done.stderr.decode(errors="replace")[-2000:]
-        raise RenderError(f"chromium dumped no DOM for {url} (exit {done.returncode}): {detail}")
-    return html
+    return inspect_page(url, width, height, wait_ms, timeout_s).dom

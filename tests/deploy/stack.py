@@ -1,0 +1,174 @@
+"""A live zerogap stack for the dashboard tests, all real processes on free loopback ports:
+simulated engines (`zerogap sim`), the gateway (`zerogap gateway`) with virtual keys made by
+`zerogap keys create`, and Debian's Prometheus running a generated copy of
+deploy/prometheus/prometheus.yml (same jobs and rules, targets moved to the live ports)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import free_port, stop_process, wait_for_port, zerogap_cmd
+from tests.deploy.paths import CONSOLES, LIBRARIES, PROMETHEUS, REPO
+
+MODEL = "tiny-sim"
+UNIFIED_KEY = "sk-deploy-live-unified"
+
+
+@dataclass
+class Stack:
+    workdir: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+    sims: dict[str, int] = field(default_factory=dict)  # backend name -> port
+    gateway_port: int = 0
+    prometheus_port: int = 0
+    keys: dict[str, str] = field(default_factory=dict)  # key name -> secret
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
+
+    def spawn(self, name: str, cmd: list[str], port: int, timeout_s: float = 30.0) -> subprocess.Popen[bytes]:
+        log = self.workdir / f"{name}.log"
+        self.logs.append(log)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        try:
+            wait_for_port(port, timeout_s, proc)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{name} did not start: {exc}\n{log.read_text(errors='replace')[-3000:]}") from exc
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            stop_process(proc)
+
+    def tail_logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in self.logs if p.exists())
+
+
+def start_sim(stack: Stack, name: str, scheduling: str) -> subprocess.Popen[bytes]:
+    port = free_port()
+    stack.sims[name] = port
+    cmd = zerogap_cmd("sim", "--config", str(stack.workdir / "sim.toml"), "--port", str(port), "--model", MODEL)
+    return stack.spawn(name, [*cmd, "--scheduling", scheduling, "--time-scale", "1"], port)
+
+
+def gateway_config(stack: Stack) -> str:
+    lines = [
+        "[server]",
+        'host = "127.0.0.1"',
+        f"port = {stack.gateway_port}",
+        f'api_key = "{UNIFIED_KEY}"',
+        f'base_url = "{stack.gateway_url}/api"',
+        "[gateway]",
+        'key_store = "keys.db"',
+        "health_interval_s = 5",  # a killed backend is found by the requests that fail on it
+        "max_retries = 2",
+    ]
+    for name, port in stack.sims.items():
+        lines += ["[[backends]]", f'name = "{name}"', f'url = "http://127.0.0.1:{port}"', f'model = "{MODEL}"']
+    return "\n".join(lines) + "\n"
+
+
+def create_key(stack: Stack, name: str, *flags: str) -> str:
+    cmd = zerogap_cmd("keys", "--config", str(stack.workdir / "gateway.toml"), "create", "--name", name, *flags)
+    done = subprocess.run(cmd, cwd=stack.workdir, capture_output=True, text=True, timeout=60, check=True)
+    secret = done.stdout.strip().splitlines()[-1]
+    stack.keys[name] = secret
+    return secret
+
+
+def start_gateway(stack: Stack) -> None:
+    stack.gateway_port = free_port()
+    (stack.workdir / "gateway.toml").write_text(gateway_config(stack))
+    create_key(stack, "team-a")
+    create_key(stack, "limited", "--rpm", "2")
+    stack.spawn("gateway", zerogap_cmd("gateway", "--config", str(stack.workdir / "gateway.toml")), stack.gateway_port)
+    wait_ready(f"{stack.gateway_url}/ready", 30.0)
+
+
+def wait_ready(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} not ready within {timeout_s} s")
+        time.sleep(0.2)
+
+
+def prometheus_config(stack: Stack, interval: str = "1s") -> dict[str, Any]:
+    """deploy/prometheus/prometheus.yml with the live targets, a 1 s interval and absolute rule paths."""
+    config: dict[str, Any] = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    config["global"].update(scrape_interval=interval, evaluation_interval=interval)
+    config["rule_files"] = [str((PROMETHEUS / f).resolve()) for f in config["rule_files"]]
+    dead = f"127.0.0.1:{free_port()}"  # no DCGM exporter or load generator here: a closed port
+    targets: dict[str, list[dict[str, Any]]] = {
+        "zerogap-gateway": [{"targets": [f"127.0.0.1:{stack.gateway_port}"]}],
+        "zerogap-backends": [
+            {"targets": [f"127.0.0.1:{port}"], "labels": {"backend": name}} for name, port in stack.sims.items()
+        ],
+        "dcgm": [{"targets": [dead]}],
+        "zerogap-loadtest": [{"targets": [dead]}],
+    }
+    for job in config["scrape_configs"]:
+        job.pop("file_sd_configs", None)
+        job["static_configs"] = targets[job["job_name"]]
+    return config
+
+
+def start_prometheus(stack: Stack) -> None:
+    binary = shutil.which("prometheus")
+    assert binary is not None, "prometheus missing: run scripts/setup-system"
+    stack.prometheus_port = free_port()
+    config = stack.workdir / "prometheus.yml"
+    config.write_text(yaml.safe_dump(prometheus_config(stack), sort_keys=False))
+    consoles = stack.workdir / "consoles"  # a copy, so that a test can add a page of its own
+    shutil.copytree(CONSOLES, consoles)
+    cmd = [
+        binary,
+        f"--config.file={config}",
+        f"--web.listen-address=127.0.0.1:{stack.prometheus_port}",
+        f"--web.console.templates={consoles}",
+        f"--web.console.libraries={LIBRARIES}",
+        f"--storage.tsdb.path={stack.workdir / 'tsdb'}",
+    ]
+    stack.spawn("prometheus", cmd, stack.prometheus_port)
+    wait_ready(f"{stack.prometheus_url}/-/ready", 30.0)
+
+
+def prom_api(stack: Stack, path: str, **params: str) -> Any:
+    """GET Prometheus's HTTP API; returns its `data`, or raises with its error."""
+    url = f"{stack.prometheus_url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = json.load(resp)
+    except urllib.error.HTTPError as exc:
+        body = json.load(exc)
+    if body.get("status") != "success":
+        raise AssertionError(f"{params}: {body.get('errorType')}: {body.get('error')}")
+    return body["data"]
+
+
+def repo_relative(path: Path) -> str:
+    return str(path.relative_to(REPO))

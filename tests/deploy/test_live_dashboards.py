@@ -1,0 +1,219 @@
+"""The dashboards against a live stack: Debian's Prometheus scraping a real gateway in front of
+simulated engines under a short bounded load (one engine killed on the way, so that errors,
+retries and a down backend are on the dashboards too). Checks the series through Prometheus's
+HTTP API, renders each console dashboard in headless Chromium, and runs every Grafana query.
+
+ZEROGAP_DASHBOARD_PNG_DIR=DIR keeps the rendered PNGs (the README's pictures)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.load import Load
+from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, grafana_panels, recording_rules
+from tests.deploy.pictures import ink_fraction, size
+from tests.deploy.stack import Stack, prom_api, start_gateway, start_prometheus, start_sim
+from zerogap.render import inspect_page, render_png
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("prometheus") is None or shutil.which("chromium") is None,
+        reason="prometheus or chromium missing: run scripts/setup-system",
+    ),
+]
+
+# Every raw series the dashboards read, as the gateway and the engines export them.
+RAW_SERIES = [
+    "zerogap_requests_total",
+    "zerogap_request_duration_seconds_bucket",
+    "zerogap_time_to_first_token_seconds_bucket",
+    "zerogap_time_per_output_token_seconds_bucket",
+    'zerogap_tokens_total{kind="completion"}',
+    'zerogap_tokens_total{kind="prompt"}',
+    "zerogap_backend_up",
+    "zerogap_backend_inflight",
+    "zerogap_retries_total",
+    "zerogap_upstream_errors_total",
+    "zerogap_ratelimited_total",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:inter_token_latency_seconds_bucket",
+    "vllm:e2e_request_latency_seconds_bucket",
+    "zerogap_sim_gpu_busy_ratio",
+    "zerogap_sim_token_interval_seconds",
+]
+GRAPH_WINDOW = '#pctc{"duration":120,"endTime":0}'  # prom_console.js reads the range from the hash
+GRAPH_EXPRS = re.compile(r'zgGraph\(\s*"[^"]+",\s*(\[[^\]]*\]|"[^"]*")')
+
+
+def graph_exprs(served: str) -> list[str]:
+    """The PromQL of every zgGraph(...) call in a served console page (JSON-compatible literals)."""
+    exprs: list[str] = []
+    for literal in GRAPH_EXPRS.findall(served):
+        value = json.loads(literal)
+        exprs.extend(value if isinstance(value, list) else [value])
+    return exprs
+
+
+def gateway_inflight(stack: Stack, backend: str) -> float:
+    with urllib.request.urlopen(f"{stack.gateway_url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for line in text.splitlines():
+        if line.startswith("zerogap_backend_inflight{") and f'backend="{backend}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def kill_when_busy(stack: Stack, name: str, proc: Any, timeout_s: float = 20.0) -> None:
+    """Kill a backend while the gateway has streams in flight there."""
+    deadline = time.monotonic() + timeout_s
+    while gateway_inflight(stack, name) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(10)
+
+
+def finite_values(result: list[dict[str, Any]]) -> list[float]:
+    values = [float(r["value"][1]) for r in result if "value" in r]
+    values += [float(v[1]) for r in result for v in r.get("values", [])]
+    return [v for v in values if math.isfinite(v)]
+
+
+def wait_for_series(stack: Stack, exprs: list[str], timeout_s: float) -> dict[str, list[float]]:
+    """Poll until every expression has at least one finite value; return the last values."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = {e: finite_values(prom_api(stack, "query", query=e)["result"]) for e in exprs}
+        missing = [e for e, values in found.items() if not values]
+        if not missing:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no data after {timeout_s} s for: {missing}\n{stack.tail_logs()}")
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("deploy-live")
+    (workdir / "sim.toml").write_text("# every [sim] and [engine] setting at its default\n")
+    stack = Stack(workdir)
+    load: Load | None = None
+    try:
+        start_sim(stack, "sim-sync", "sync")
+        start_sim(stack, "sim-async", "async")
+        doomed = start_sim(stack, "sim-doomed", "async")
+        start_gateway(stack)
+        start_prometheus(stack)
+        load = Load(stack, max_seconds=180).start()
+        time.sleep(3)
+        kill_when_busy(stack, "sim-doomed", doomed)
+        wait_for_series(stack, [*RAW_SERIES, *recording_rules()], timeout_s=60)
+        yield stack
+    finally:
+        if load is not None:
+            load.close()
+        stack.stop()
+
+
+def test_load_reached_the_gateway(live: Stack) -> None:
+    """The bounded load ran: the counters move (the dashboards below depend on it)."""
+    tps = finite_values(prom_api(live, "query", query="sum(zerogap:output_tokens:rate1m)")["result"])
+    assert tps and tps[0] > 0
+    limited = prom_api(live, "query", query='sum(zerogap_ratelimited_total{key="limited"})')["result"]
+    assert finite_values(limited) and finite_values(limited)[0] >= 1
+
+
+def test_series_exist_with_values(live: Stack) -> None:
+    found = wait_for_series(live, [*RAW_SERIES, *recording_rules()], timeout_s=10)
+    assert all(found.values())
+    busy = found["zerogap_sim_gpu_busy_ratio"]
+    assert all(0 <= v <= 1 for v in busy)
+    up = prom_api(live, "query", query="zerogap_backend_up")["result"]
+    assert {r["metric"]["backend"]: r["value"][1] for r in up} == {"sim-sync": "1", "sim-async": "1", "sim-doomed": "0"}
+
+
+def test_gpu_utilization_comes_from_the_sims_without_dcgm(live: Stack) -> None:
+    result = prom_api(live, "query", query="zerogap:gpu_util:ratio")["result"]
+    assert {r["metric"]["source"] for r in result} == {"sim"}
+    assert {r["metric"]["backend"] for r in result} == {"sim-sync", "sim-async"}
+
+
+def dashboard_problems(stack: Stack, page: str, png: Path) -> list[str]:
+    """What is wrong with a console dashboard as served and as drawn; [] when it shows data."""
+    url = f"{stack.prometheus_url}/consoles/{page}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        served = resp.read().decode()
+    problems = []
+    if "error executing template" in served.lower():
+        problems.append("template error")
+    if 'class="zg-nodata"' in served:
+        problems.append("a value or table found no data")
+    shown = inspect_page(url + GRAPH_WINDOW, height=1600, wait_ms=5000)
+    problems += [f"script: {e}" for e in shown.script_errors]
+    graphs = served.count("zgGraph(") - 1  # the library's definition is one
+    exprs = graph_exprs(served)
+    if graphs < 1 or len(exprs) < graphs:
+        problems.append("no graphs, or a graph whose query this test cannot read")
+    end = time.time()
+    for expr in exprs:
+        data = prom_api(stack, "query_range", query=expr, start=str(end - 60), end=str(end), step="2")
+        if not finite_values(data["result"]):
+            problems.append(f"graph query without data: {expr}")
+    if "prom_graph_error" in shown.dom:
+        problems.append("a graph says 'No timeseries returned' or 'Error loading data'")
+    if shown.dom.count("<svg") < graphs or shown.dom.count('class="rickshaw_legend"') < graphs:
+        problems.append("a graph drew no lines")
+    render_png(url + GRAPH_WINDOW, png, height=1600, wait_ms=5000)
+    if size(png) != (1400, 1600) or ink_fraction(png) < 0.05:
+        problems.append("the picture is blank or of the wrong size")
+    return problems
+
+
+@pytest.mark.parametrize("page", CONSOLE_PAGES)
+def test_console_dashboard_shows_data(live: Stack, page: str, tmp_path: Path) -> None:
+    png = tmp_path / page.replace(".html", ".png")
+    assert dashboard_problems(live, page, png) == []
+    keep = os.environ.get("ZEROGAP_DASHBOARD_PNG_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(png, Path(keep) / png.name)
+
+
+def test_dashboard_check_can_fail(live: Stack, tmp_path: Path) -> None:
+    """The same check on a page whose graph and value read a series nobody exports."""
+    page = (CONSOLES / "index.html").read_text().replace("zerogap:output_tokens:rate1m", "zerogap:no_such:series")
+    page = page.replace("zerogap:gpu_util:avg_ratio", "zerogap:no_such:ratio")  # a graph of one query
+    (live.workdir / "consoles" / "broken.html").write_text(page)
+    problems = dashboard_problems(live, "broken.html", tmp_path / "broken.png")
+    assert "a value or table found no data" in problems
+    assert "graph query without data: sum by (model) (zerogap:no_such:series)" in problems
+    assert "a graph says 'No timeseries returned' or 'Error loading data'" in problems
+
+
+@pytest.mark.parametrize("panel", grafana_panels(), ids=lambda p: p["title"])
+def test_grafana_panel_query_returns_data(live: Stack, panel: dict[str, Any]) -> None:
+    end = time.time()
+    found = []
+    for target in panel["targets"]:
+        if target.get("instant"):
+            data = prom_api(live, "query", query=target["expr"])
+        else:
+            data = prom_api(live, "query_range", query=target["expr"], start=str(end - 60), end=str(end), step="2")
+        found.extend(finite_values(data["result"]))
+    assert found, f"{panel['title']}: no data from {[t['expr'] for t in panel['targets']]}"
