@@ -44,23 +44,30 @@ class Completions:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gw: Gateway = scope["app"].state.gateway
+        labels = {"model": "none", "key": "none"}  # what is known when a request is refused
         try:
-            out, pool = await self._admit(gw, scope, receive)
+            out, pool = await self._admit(gw, scope, receive, labels)
         except ApiError as exc:
+            gw.metrics.requests.labels(labels["model"], "none", labels["key"], str(exc.status)).inc()
+            log.debug("refused %s model=%s key=%s: %s %s", self.path, labels["model"], labels["key"], exc.status, exc)
             await send_error(send, exc)
             return
         except ClientGone:
             return
         await serve(gw, out, pool, receive, send)
 
-    async def _admit(self, gw: Gateway, scope: Scope, receive: Receive) -> tuple[Outcome, ModelPool]:
+    async def _admit(
+        self, gw: Gateway, scope: Scope, receive: Receive, labels: dict[str, str]
+    ) -> tuple[Outcome, ModelPool]:
         if scope["method"] != "POST":
             raise method_not_allowed("POST")
         who = gw.auth.authenticate(header(scope, b"authorization"))
+        labels["key"] = who.name
         _check_content_type(scope)
         raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
         call = parse_call(raw, self.path, self.chat)
         pool = gw.router.pools.get(call.model)
+        labels["model"] = call.model if pool is not None else "unknown"  # never a client's arbitrary string
         if pool is None:
             raise ApiError(
                 404,

@@ -315,3 +315,10 @@ class Relay:
             m.tokens.labels(call.model, out.who.name, "completion").inc(completion)
             self.usage.record(out.who.name, call.model, prompt, completion)
         self.limiter.settle(out.who, out.estimate, prompt + completion)
+        if log.isEnabledFor(logging.DEBUG):
+            ttft_ms = f"{1000 * (out.first_s - out.t0_s):.1f}" if out.first_s is not None else "-"
+            log.debug(
+                "%s model=%s key=%s backend=%s status=%s ttft_ms=%s duration_ms=%.1f tokens=%d+%d",
+                call.path, call.model, out.who.name, out.backend, status, ttft_ms, 1000 * (now - out.t0_s),
+                prompt, completion,
+            )  # fmt: skip

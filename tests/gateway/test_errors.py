@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 
 from tests.fixtures.upstream import UpstreamServer
-from tests.gateway.helpers import UNIFIED, GatewayServer, auth, error_of, make_config
+from tests.gateway.helpers import UNIFIED, GatewayServer, auth, error_of, make_config, metric
 
 
 @pytest.fixture
@@ -69,3 +69,18 @@ async def test_wrong_method_and_streamed_oversized_body(gateway) -> None:
         async with s.post(gs.url + CHAT, data=chunks(), headers=headers) as resp:
             assert resp.status == 413
     assert up.requests == []
+
+
+async def test_refused_requests_are_counted_without_client_strings_as_labels(gateway) -> None:
+    gs, _ = gateway
+    body = {"model": "made-up-model-name", "messages": [{"role": "user", "content": "x"}]}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(gs.url + CHAT, json=body, headers=auth()) as resp:
+            assert resp.status == 404
+        async with s.post(gs.url + CHAT, json=body, headers={"Authorization": "Bearer nope"}) as resp:
+            assert resp.status == 401
+        async with s.get(gs.url + "/metrics") as resp:
+            text = await resp.read()
+    assert b"made-up-model-name" not in text and b"nope" not in text
+    assert metric(text, "zerogap_requests_total", model="unknown", key="unified", status="404") == 1
+    assert metric(text, "zerogap_requests_total", model="none", key="none", status="401") == 1

@@ -71,6 +71,7 @@ async def test_requests_per_minute_limit(tmp_path) -> None:
             assert (await post(url, chat_body(), auth()))[0] == 200  # the unified key is not limited
             _, text = await get(gs.url + "/metrics")
     assert metric(text, "zerogap_ratelimited_total", key="rpm2", limit="rpm") == 1
+    assert metric(text, "zerogap_requests_total", key="rpm2", status="429", backend="none") == 1
     assert len(up.requests) == 3
 
 
