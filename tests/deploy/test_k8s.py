@@ -11,6 +11,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv  # type: ignore[import-untyped]
 
+from loadtest._settings import parse_settings
 from tests.deploy.paths import K8S, load_yaml
 from zerogap.config.loader import parse_config
 
@@ -98,6 +99,13 @@ def test_locust_master_and_workers() -> None:
     assert worker["command"][:4] == ["locust", "-f", "loadtest/", "--worker"]
     assert worker["command"][worker["command"].index("--master-host") + 1] == "locust-master"
     service = find("Service", "locust-master")
-    assert {p["port"] for p in service["spec"]["ports"]} == {8089, 5557}
-    settings = json.loads(find("ConfigMap", "zerogap-loadtest")["data"]["settings.json"])
-    assert settings["load_test"]["steps"] == [32, 128, 256]
+    assert {p["port"] for p in service["spec"]["ports"]} == {8089, 5557, 9646}
+
+
+def test_locust_settings_are_valid_for_the_harness() -> None:
+    text = find("ConfigMap", "zerogap-loadtest")["data"]["settings.json"]
+    settings = parse_settings(text, "k8s settings.json")
+    assert settings.load_test.steps == [32, 128, 256]
+    assert settings.api.base_url.startswith("http://zerogap-gateway.")
+    assert settings.metrics.exporter_host == "0.0.0.0", "the master's /metrics must be reachable in the cluster"
+    assert json.loads(text)["api"]["api_key_env"] == "TAOTOKEN_API_KEY"
