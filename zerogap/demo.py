@@ -54,9 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--step-seconds", type=_positive, default=30.0, help="hold each step (default 30)")
     parser.add_argument("--measure-seconds", type=_positive, default=20.0, help="measure its last N s (default 20)")
     parser.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up at the first step (default 5)")
-    parser.add_argument("--time-scale", type=_positive, default=8.0, help="sim time scale: 2 cores keep up (8)")
+    parser.add_argument("--time-scale", type=_positive, default=4.0, help="sim time scale: 2 cores keep up (4)")
     parser.add_argument("--input-tokens", type=int, default=128, help="prompt tokens per request (default 128)")
-    parser.add_argument("--output-tokens", type=int, default=128, help="output tokens per request (default 128)")
+    parser.add_argument("--output-tokens", type=int, default=64, help="output tokens per request (default 64)")
     return parser
 
 

@@ -108,6 +108,8 @@ def harness_settings(pool: Pool, args: argparse.Namespace, gateway_port: int, ou
             "backend_metrics_urls": [f"http://{HOST}:{pool.port}/metrics"],
             "exporter_port": 0,
         },
+        # Interactive SLOs (1 s to first token, 50 ms a token), stretched by the sims' time scale.
+        "slo": {"ttft_ms": 1000 * args.time_scale, "tpot_ms": 50 * args.time_scale},
         "output": {"dir": str(out_dir), "run_name": pool.name},
     }
     return json.dumps(settings, indent=2)
