@@ -39,6 +39,7 @@ from loadtest._timeline import Sampler
 log = logging.getLogger("zerogap.loadtest")
 WIRE_KEY = "zerogap"
 FINAL_WAIT_S = 12.0
+FAILURE_PAUSE_S = 0.1
 STOP_MESSAGE = "zerogap_stop"
 FINAL_MESSAGE = "zerogap_final"
 NONCE_SHAPE = "000000 "  # each prompt starts with a random 6-digit number: no two share a prefix cache entry
@@ -194,6 +195,8 @@ class Harness:
         record, walls, detail = client.stream(self.body(), lag, self.keep_interrupted)
         self.keep(record, walls)
         self.fire_locust_events(client.path, record, detail)
+        if not record.ok and self.arrivals is None:
+            gevent.sleep(FAILURE_PAUSE_S)  # a dead or refusing server is not hammered in a tight loop
 
     def keep_interrupted(self, record: RequestRecord, walls: list[float]) -> None:
         self.keep(record, walls)
@@ -254,7 +257,7 @@ class Harness:
         assert self.settings is not None and self.plan is not None and self.sampler is not None
         delay_s = 4.0 if self.is_master else 0.2  # workers report every 3 s
         steps = self.plan.steps
-        for phase in steps[:-1]:
+        for phase in steps[:-1]:  # the last step's line comes with the table
             gevent.sleep(max(0.0, self.run_start + phase.end_s + delay_s - time.time()))
             step = summarize_step(
                 self.settings, self.plan, phase, self.run_start, time.time(), self.recorder, self.sampler.samples
@@ -285,9 +288,13 @@ class Harness:
 
     def ingest(self, wire: dict[str, Any]) -> None:
         self.prompt_source = str(wire.get("prompt_source", self.prompt_source))
-        for record in self.recorder.ingest(wire):
-            if self.exporter is not None:
+        records = self.recorder.ingest(wire)
+        if self.exporter is not None:
+            for record in records:
                 self.exporter.observe(record)
+            for process, samples in (wire.get("cpu") or {}).items():
+                if samples:
+                    self.exporter.cpu.labels(process).set(float(samples[-1][1]))
 
     def on_stop_message(self, environment: Environment, msg: Any, **_: Any) -> None:
         """Worker: the master is finishing the run; stop the users and send the rest now."""
@@ -346,6 +353,8 @@ class Harness:
             self.run_dir, self.settings, self.plan, self.run_start, run_end, summary, meta, self.recorder,
             self.sampler.samples,
         )  # fmt: skip
+        if summary["steps"]:
+            print(progress_line(summary["steps"][-1], len(self.plan.steps)), flush=True)
         print(table(summary), flush=True)
         print(f"zerogap report: {report_html}", flush=True)
 

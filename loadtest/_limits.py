@@ -19,6 +19,7 @@ def raise_open_files(needed: int) -> int:
     if soft < target:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("zerogap: raised the open-files limit from %s to %s", soft, target)
             soft = target
         except (ValueError, OSError) as exc:
             log.warning("zerogap: cannot raise the open-files limit from %s to %s (%s)", soft, target, exc)

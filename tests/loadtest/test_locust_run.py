@@ -1,8 +1,9 @@
 """The real `locust -f loadtest/ --headless` against a real upstream of known timing.
 
-Truth (Behavior below): TTFT 200 ms, then 10 chunks of 2 tokens 40 ms apart, so a
-20-token request takes 0.2 + 9 x 0.04 = 0.56 s, TPOT = 0.36 / 19 s and each user
-streams 20 / 0.56 tokens/s. The report's figures must be within 10% of that.
+Truth (Behavior below): the first chunk after 50 ms, then 10 chunks of 2 tokens 50 ms
+apart (tokens arrive evenly, so a window of any phase holds its share), so a 20-token
+request takes 0.05 + 9 x 0.05 = 0.5 s, TPOT = 0.45 / 19 s, and each user streams
+20 / 0.5 tokens/s. The report's figures must be within 10% of that.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
 from tests.loadtest.helpers import locust_cmd, read_report, run_locust, within, write_settings
 
-TTFT_S, INTERVAL_S, TOKENS_PER_CHUNK, OUTPUT_TOKENS = 0.2, 0.04, 2, 20
+TTFT_S, INTERVAL_S, TOKENS_PER_CHUNK, OUTPUT_TOKENS = 0.05, 0.05, 2, 20
 E2E_S = TTFT_S + (OUTPUT_TOKENS // TOKENS_PER_CHUNK - 1) * INTERVAL_S
 TPOT_S = (E2E_S - TTFT_S) / (OUTPUT_TOKENS - 1)
 SECRET = "sk-zerogap-loadtest-secret-4711"
@@ -100,17 +101,21 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_worker_processes_add_up(tmp_path: Path) -> None:
-    with UpstreamServer(known_timing()) as up:
+    behavior = known_timing()
+    behavior.fail_status, behavior.num_failures = 503, 5  # the first 5 requests fail, whichever worker sends them
+    with UpstreamServer(behavior) as up:
         settings = write_settings(tmp_path / "settings.json", up.url, tmp_path / "runs", "procs")
         result = run_locust(settings, "--processes", "2")
         finished = [seen for seen in up.requests if seen.finished]
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 1, result.stderr[-3000:]  # Locust's exit status when a request failed
+    assert "Traceback" not in result.stderr
     report = read_report(tmp_path / "runs" / "procs")
     assert report["run"]["num_worker_processes"] == 2
     totals = report["totals"]
     # every request the upstream finished was recorded by some worker (a few may end as the test stops)
     assert abs(totals["requests_ok"] - len(finished)) <= 4, (totals, len(finished))
     assert abs(totals["output_tokens_ok"] - sum(s.num_tokens_sent for s in finished)) <= 4 * OUTPUT_TOKENS
+    assert totals["requests_failed"] == 5 and report["errors"] == {"HTTP 503": 5}
     check_against_truth(report["steps"][1], 4, tps_tolerance=0.15)
 
 
