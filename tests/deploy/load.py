@@ -36,7 +36,7 @@ class Load:
         deadline = time.monotonic() + self.max_seconds
         timeout = aiohttp.ClientTimeout(total=30)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            workers = [self._streams(session, UNIFIED_KEY, deadline, hang_up=False) for _ in range(4)]
+            workers = [self._streams(session, UNIFIED_KEY, deadline, hang_up=False) for _ in range(2)]
             workers += [self._streams(session, self.stack.keys["team-a"], deadline, hang_up=False)]
             workers += [self._streams(session, self.stack.keys["team-a"], deadline, hang_up=True)]
             workers += [self._paced(session, self.stack.keys["limited"], deadline, every_s=0.5)]

@@ -1,13 +1,16 @@
 """A live zerogap stack for the dashboard tests, all real processes on free loopback ports:
 simulated engines (`zerogap sim`), the gateway (`zerogap gateway`) with virtual keys made by
-`zerogap keys create`, and Debian's Prometheus running a generated copy of
-deploy/prometheus/prometheus.yml (same jobs and rules, targets moved to the live ports)."""
+`zerogap keys create`, the Locust harness (`locust -f loadtest/ --headless`), and Debian's
+Prometheus running a generated copy of deploy/prometheus/prometheus.yml (same jobs and rules,
+targets moved to the live ports)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -32,6 +35,7 @@ class Stack:
     sims: dict[str, int] = field(default_factory=dict)  # backend name -> port
     gateway_port: int = 0
     prometheus_port: int = 0
+    loadtest_port: int = 0
     keys: dict[str, str] = field(default_factory=dict)  # key name -> secret
 
     @property
@@ -42,11 +46,13 @@ class Stack:
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.prometheus_port}"
 
-    def spawn(self, name: str, cmd: list[str], port: int, timeout_s: float = 30.0) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, cmd: list[str], port: int, timeout_s: float = 30.0, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = self.workdir / f"{name}.log"
         self.logs.append(log)
         with log.open("wb") as out:
-            proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.procs.append(proc)
         try:
             wait_for_port(port, timeout_s, proc)
@@ -117,19 +123,42 @@ def wait_ready(url: str, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def start_locust(stack: Stack, steps: list[int], step_s: float) -> subprocess.Popen[bytes]:
+    """The real harness, `locust -f loadtest/ --headless`, streaming through the unified key;
+    its exporter (zerogap_loadtest_*) on a free port."""
+    stack.loadtest_port = free_port()
+    load_test = {"warmup_seconds": 0, "steps": steps, "step_duration_seconds": step_s}
+    load_test["measure_last_seconds"] = step_s / 2
+    settings: dict[str, Any] = {
+        "api": {"base_url": f"{stack.gateway_url}/api", "api_key_env": "ZEROGAP_LIVE_KEY"},
+        "load_test": load_test,
+        "workload": {"model": MODEL, "input_tokens": 32, "max_output_tokens": 24, "prompt_tokens_from": "approx"},
+        "metrics": {
+            "backend_metrics_urls": [f"http://127.0.0.1:{port}/metrics" for port in stack.sims.values()],
+            "exporter_port": stack.loadtest_port,
+        },
+        "output": {"dir": str(stack.workdir / "runs")},
+    }
+    path = stack.workdir / "settings.json"
+    path.write_text(json.dumps(settings))
+    cmd = [sys.executable, "-m", "locust", "-f", str(REPO / "loadtest"), "--headless", "--settings", str(path)]
+    env = {**os.environ, "ZEROGAP_LIVE_KEY": UNIFIED_KEY}
+    return stack.spawn("locust", cmd, stack.loadtest_port, timeout_s=60, env=env)
+
+
 def prometheus_config(stack: Stack, interval: str = "1s") -> dict[str, Any]:
     """deploy/prometheus/prometheus.yml with the live targets, a 1 s interval and absolute rule paths."""
     config: dict[str, Any] = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
     config["global"].update(scrape_interval=interval, evaluation_interval=interval)
     config["rule_files"] = [str((PROMETHEUS / f).resolve()) for f in config["rule_files"]]
-    dead = f"127.0.0.1:{free_port()}"  # no DCGM exporter or load generator here: a closed port
+    dead = f"127.0.0.1:{free_port()}"  # no DCGM exporter here: a closed port
     targets: dict[str, list[dict[str, Any]]] = {
         "zerogap-gateway": [{"targets": [f"127.0.0.1:{stack.gateway_port}"]}],
         "zerogap-backends": [
             {"targets": [f"127.0.0.1:{port}"], "labels": {"backend": name}} for name, port in stack.sims.items()
         ],
         "dcgm": [{"targets": [dead]}],
-        "zerogap-loadtest": [{"targets": [dead]}],
+        "zerogap-loadtest": [{"targets": [f"127.0.0.1:{stack.loadtest_port}" if stack.loadtest_port else dead]}],
     }
     for job in config["scrape_configs"]:
         job.pop("file_sd_configs", None)

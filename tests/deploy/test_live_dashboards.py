@@ -1,5 +1,6 @@
 """The dashboards against a live stack: Debian's Prometheus scraping a real gateway in front of
-simulated engines under a short bounded load (one engine killed on the way, so that errors,
+simulated engines, under a short bounded load from the real Locust harness and from clients of
+other keys (one engine killed on the way, so that errors,
 retries and a down backend are on the dashboards too). Checks the series through Prometheus's
 HTTP API, renders each console dashboard in headless Chromium, and runs every Grafana query.
 
@@ -23,7 +24,7 @@ import pytest
 from tests.deploy.load import Load
 from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, grafana_panels, recording_rules
 from tests.deploy.pictures import ink_fraction, size
-from tests.deploy.stack import Stack, prom_api, start_gateway, start_prometheus, start_sim
+from tests.deploy.stack import Stack, prom_api, start_gateway, start_locust, start_prometheus, start_sim
 from zerogap.render import inspect_page, render_png
 
 pytestmark = [
@@ -57,6 +58,11 @@ RAW_SERIES = [
     "vllm:e2e_request_latency_seconds_bucket",
     "zerogap_sim_gpu_busy_ratio",
     "zerogap_sim_token_interval_seconds",
+    "zerogap_loadtest_users",
+    "zerogap_loadtest_output_tokens_total",
+    "zerogap_loadtest_ttft_seconds_bucket",
+    "zerogap_loadtest_cpu_percent",
+    "zerogap_loadtest_gpu_util_percent",
 ]
 GRAPH_WINDOW = '#pctc{"duration":120,"endTime":0}'  # prom_console.js reads the range from the hash
 GRAPH_EXPRS = re.compile(r'zgGraph\(\s*"[^"]+",\s*(\[[^\]]*\]|"[^"]*")')
@@ -119,6 +125,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         start_sim(stack, "sim-async", "async")
         doomed = start_sim(stack, "sim-doomed", "async")
         start_gateway(stack)
+        start_locust(stack, steps=[2, 4], step_s=60)
         start_prometheus(stack)
         load = Load(stack, max_seconds=180).start()
         time.sleep(3)

@@ -49,8 +49,17 @@ CONTRACT_METRICS = {
     "vllm:e2e_request_latency_seconds",
     "vllm:iteration_tokens_total",
     "DCGM_FI_DEV_GPU_UTIL",
+    # The Locust harness's exporter (loadtest/_exporter.py).
+    "zerogap_loadtest_users",
+    "zerogap_loadtest_step",
+    "zerogap_loadtest_requests_total",
+    "zerogap_loadtest_output_tokens_total",
+    "zerogap_loadtest_ttft_seconds",
+    "zerogap_loadtest_tpot_seconds",
+    "zerogap_loadtest_cpu_percent",
+    "zerogap_loadtest_gpu_util_percent",
 }
-_RAW_METRIC = re.compile(r"\b(zerogap_[a-z_]+|vllm:[a-z_]+|DCGM_FI_[A-Z_]+)\b")
+_RAW_METRIC = re.compile(r"\b(zerogap_[a-z_]+|vllm:[a-z_]+|DCGM_FI_[A-Z_]+)\b(?!\*)")  # "zerogap_loadtest_*": prose
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
