@@ -91,7 +91,8 @@ async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes, r: R
                 return
 
 
-async def worker(session: aiohttp.ClientSession, url: str, body: bytes, r: Round) -> None:
+async def worker(session: aiohttp.ClientSession, url: str, body: bytes, r: Round, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)  # streams start spread over one request's length, as real traffic does
     while time.monotonic() < r.measure_to:
         try:
             await one_stream(session, url, body, r)
@@ -100,7 +101,9 @@ async def worker(session: aiohttp.ClientSession, url: str, body: bytes, r: Round
             await asyncio.sleep(0.05)
 
 
-async def run_round(url: str, concurrency: int, warmup_s: float, measure_s: float, max_tokens: int) -> dict[str, Any]:
+async def run_round(
+    url: str, concurrency: int, warmup_s: float, measure_s: float, max_tokens: int, spread_s: float
+) -> dict[str, Any]:
     body = json.dumps(
         {"model": "bench", "prompt": "hello there", "stream": True, "max_tokens": max_tokens, "ignore_eos": True}
     ).encode()
@@ -108,7 +111,9 @@ async def run_round(url: str, concurrency: int, warmup_s: float, measure_s: floa
     headers = {"Content-Type": "application/json"}
     async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
         r = Round(warmup_s, measure_s)
-        tasks = [asyncio.ensure_future(worker(session, url, body, r)) for _ in range(concurrency)]
+        tasks = [
+            asyncio.ensure_future(worker(session, url, body, r, i * spread_s / concurrency)) for i in range(concurrency)
+        ]
         await asyncio.wait(tasks, timeout=warmup_s + measure_s + 30)
         for t in tasks:
             t.cancel()
@@ -140,7 +145,8 @@ def loadgen(args: argparse.Namespace) -> None:
         url = (args.direct if kind == "direct" else args.gateway) + "/v1/completions"
         before = {k: cpu_s(p) for k, p in pids.items()}
         t0 = time.monotonic()
-        res = uvloop.run(run_round(url, args.concurrency, args.warmup_s, args.round_s, args.max_tokens))
+        spread_s = args.ttft_s + args.max_tokens * args.interval_s
+        res = uvloop.run(run_round(url, args.concurrency, args.warmup_s, args.round_s, args.max_tokens, spread_s))
         wall_s = time.monotonic() - t0
         cpu = {k: (cpu_s(p) - before[k]) / wall_s for k, p in pids.items()}
         res.update(kind=kind, cpu=cpu, wall_s=wall_s)
@@ -245,7 +251,8 @@ def run_loadgen(args: argparse.Namespace, env: dict[str, str], up: tuple[int, in
            "--direct", f"http://127.0.0.1:{up_port}", "--gateway", f"http://127.0.0.1:{gw_port}",
            "--concurrency", str(args.concurrency), "--rounds", str(args.rounds), "--round-s", str(args.round_s),
            "--warmup-s", str(args.warmup_s), "--max-tokens", str(args.max_tokens),
-           "--upstream-pid", str(up_pid), "--gateway-pid", str(gw_pid)]  # fmt: skip
+           "--upstream-pid", str(up_pid), "--gateway-pid", str(gw_pid),
+           "--ttft-s", str(args.ttft_s), "--interval-s", str(args.interval_s)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, check=True)
     s = summarize(json.loads(proc.stdout))
     print(f"TPS direct {s['tps_direct']:.0f}, through gateway {s['tps_gateway']:.0f}: ratio {s['tps_ratio']:.3f}")
@@ -271,7 +278,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--rounds", type=int, default=5, help="pairs of (direct, gateway) rounds")
     p.add_argument("--round-s", type=float, default=8.0, help="measured seconds per round")
-    p.add_argument("--warmup-s", type=float, default=3.0)
+    p.add_argument("--warmup-s", type=float, default=4.0, help="at least one request's length")
     p.add_argument("--ttft-s", type=float, default=0.05, help="upstream time to first token")
     p.add_argument("--interval-s", type=float, default=0.1, help="upstream time between tokens")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per request")

@@ -62,6 +62,15 @@ def _check_kind(body: dict[str, Any], chat: bool) -> None:
             raise invalid("'prompt' is required: a string or a non-empty list.", "prompt")
 
 
+def _append_usage_option(raw: bytes) -> bytes | None:
+    """The client's bytes with stream_options added at the end of the object (no re-encoding),
+    when they are plain UTF-8 JSON; None to encode the parsed body instead."""
+    text = raw.strip()
+    if not (text.startswith(b"{") and text.endswith(b"}")):
+        return None
+    return text[:-1] + b',"stream_options":{"include_usage":true}}'
+
+
 def parse_call(raw: bytes, path: str, chat: bool) -> Call:
     try:
         body = json.loads(raw)
@@ -84,6 +93,8 @@ def parse_call(raw: bytes, path: str, chat: bool) -> Call:
     call = Call(path, model, body, raw, stream, wants_usage, max_tokens)
     if stream and not wants_usage:
         body["stream_options"] = {**(options or {}), "include_usage": True}
+        if options is None:
+            call._encoded = _append_usage_option(raw)
     elif not stream and options is not None:
         del body["stream_options"]  # vLLM refuses stream_options without stream
     else:

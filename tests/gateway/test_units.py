@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gateway.auth import Principal
@@ -9,6 +11,7 @@ from gateway.errors import ApiError
 from gateway.health import parse_queue
 from gateway.limits import RateLimiter
 from gateway.pool import Backend, ModelPool
+from gateway.request import parse_call
 from gateway.sse import SseFilter
 
 CHUNK = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
@@ -75,3 +78,15 @@ def test_parse_queue() -> None:
     )
     assert parse_queue(text) == 7
     assert parse_queue(b"garbage\nvllm:num_requests_running x") == 0
+
+
+def test_usage_option_added_without_reencoding_the_client_body() -> None:
+    raw = b'  {"model": "m", "prompt": "x \\u00e9", "stream": true}\n'
+    call = parse_call(raw, "/v1/completions", chat=False)
+    sent = call.body_for(Backend("b", "u", "m"))
+    assert sent.startswith(b'{"model": "m", "prompt": "x \\u00e9"')  # the client's bytes, as sent
+    assert json.loads(sent) == {**json.loads(raw), "stream_options": {"include_usage": True}}
+    renamed = parse_call(raw, "/v1/completions", chat=False).body_for(Backend("b", "u", "m", upstream_model="real"))
+    assert json.loads(renamed)["model"] == "real" and json.loads(renamed)["stream_options"]["include_usage"]
+    asked = b'{"model": "m", "prompt": "x", "stream": true, "stream_options": {"include_usage": true}}'
+    assert parse_call(asked, "/v1/completions", chat=False).body_for(Backend("b", "u", "m")) == asked
