@@ -8,10 +8,8 @@ serves the load generator's /metrics, and writes the run folder.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import random
 import socket
 import sys
 import time
@@ -28,8 +26,9 @@ from loadtest._client import INTERRUPTED, StreamClient
 from loadtest._console import progress_line, table
 from loadtest._exporter import Exporter
 from loadtest._limits import raise_open_files
+from loadtest._locust_stats import fire_locust_events
 from loadtest._plan import Plan
-from loadtest._prompt import calibrate, tokenize_counter, tokenize_urls
+from loadtest._prompt import calibrate, request_body, tokenize_counter, tokenize_urls
 from loadtest._record import Recorder, RequestRecord
 from loadtest._report import new_run_dir, write_run
 from loadtest._settings import Settings, SettingsError, load_settings, settings_path
@@ -128,6 +127,7 @@ class Harness:
         self.finals, self.workers_seen = set(), set()
         self.run_start = time.time()
         self.started = True
+        self.base_url = (environment.host or self.settings.api.base_url).rstrip("/")  # the web UI may change it
         if not self.is_master:
             self.prepare_prompt()
             seed = self.settings.load_test.seed
@@ -170,22 +170,7 @@ class Harness:
 
     def body(self) -> bytes:
         assert self.settings is not None
-        workload = self.settings.workload
-        text = f"{random.randrange(10**6):06d} {self.prompt}" if workload.unique_prompts else self.prompt
-        payload: dict[str, Any] = {
-            "model": workload.model,
-            "max_tokens": workload.max_output_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": workload.temperature,
-        }
-        if workload.ignore_eos:
-            payload["ignore_eos"] = True
-        if self.settings.api.endpoint == "chat":
-            payload["messages"] = [{"role": "user", "content": text}]
-        else:
-            payload["prompt"] = text
-        return json.dumps(payload).encode()
+        return request_body(self.settings, self.prompt)
 
     def run_one(self, client: StreamClient) -> None:
         lag = None
@@ -194,7 +179,8 @@ class Harness:
             lag = max(0.0, time.time() - planned)
         record, walls, detail = client.stream(self.body(), lag, self.keep_interrupted)
         self.keep(record, walls)
-        self.fire_locust_events(client.path, record, detail)
+        assert self.env is not None
+        fire_locust_events(self.env, client.path, record, detail)
         if not record.ok and self.arrivals is None:
             gevent.sleep(FAILURE_PAUSE_S)  # a dead or refusing server is not hammered in a tight loop
 
@@ -205,26 +191,6 @@ class Harness:
         self.recorder.add(record, walls)
         if self.exporter is not None:
             self.exporter.observe(record)
-
-    def fire_locust_events(self, path: str, record: RequestRecord, detail: str) -> None:
-        assert self.env is not None
-        fire = self.env.events.request.fire
-        exception = None if record.ok else Exception(detail or record.error_kind)
-        fire(
-            request_type="POST",
-            name=path,
-            response_time=record.e2e_s * 1000,
-            response_length=record.output_tokens,
-            exception=exception,
-            context={},
-        )
-        if record.ok and record.ttft_s is not None:
-            fire(request_type="TTFT", name="time to first token", response_time=record.ttft_s * 1000,
-                 response_length=0, exception=None, context={})  # fmt: skip
-        tpot = record.tpot_s
-        if record.ok and tpot is not None:
-            fire(request_type="TPOT", name="time per output token", response_time=tpot * 1000,
-                 response_length=0, exception=None, context={})  # fmt: skip
 
     # ----- sampling -----
     def sample_cpu(self) -> None:

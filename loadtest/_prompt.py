@@ -14,7 +14,10 @@ import random
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
+
+from loadtest._settings import Settings
 
 _WORDS = (
     "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
@@ -93,3 +96,23 @@ def calibrate(target_tokens: int, counter: Counter | None, prefix: str = "", max
     if best is None:
         return words(approx_words), "approx"
     return best[1], "tokenize"
+
+
+def request_body(settings: Settings, prompt: str) -> bytes:
+    """One streamed request: usage asked for, ignore_eos so outputs run to max_output_tokens."""
+    workload = settings.workload
+    text = f"{random.randrange(10**6):06d} {prompt}" if workload.unique_prompts else prompt
+    payload: dict[str, Any] = {
+        "model": workload.model,
+        "max_tokens": workload.max_output_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": workload.temperature,
+    }
+    if workload.ignore_eos:
+        payload["ignore_eos"] = True
+    if settings.api.endpoint == "chat":
+        payload["messages"] = [{"role": "user", "content": text}]
+    else:
+        payload["prompt"] = text
+    return json.dumps(payload).encode()
