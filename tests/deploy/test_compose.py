@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests.deploy.flags import flag_map, launcher_flags
 from tests.deploy.paths import COMPOSE, DEPLOY, PROMETHEUS, load_yaml
 from zerogap.config.loader import load_config
 
@@ -56,8 +57,7 @@ def test_services_for_one_gpu_host(compose: dict[str, Any]) -> None:
     for name in replicas:
         service = services[name]
         assert service["image"].startswith("vllm/vllm-openai")
-        assert "--async-scheduling" in service["command"]
-        assert any(flag.startswith("--max-num-seqs=") for flag in service["command"])
+        assert flag_map(service["command"]) == launcher_flags(), "the flags `zerogap backends up` passes"
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
         gpus.extend(device["device_ids"])
@@ -104,3 +104,8 @@ def test_dockerfile_copies_what_the_image_needs() -> None:
     for part in ("zerogap", "gateway", "backends", "loadtest", "pyproject.toml"):
         assert f"COPY {part}" in dockerfile or f" {part} " in dockerfile
         assert (DEPLOY.parent / part).exists()
+
+
+def test_flag_comparison_can_fail() -> None:
+    assert flag_map(["--max-num-seqs=128", "--async-scheduling"]) != launcher_flags()
+    assert flag_map(["--gpu-memory-utilization=0.90", "--x", "1"]) == {"--gpu-memory-utilization": "0.9", "--x": "1.0"}

@@ -12,6 +12,7 @@ import yaml
 from kubernetes_validate import utils as kv  # type: ignore[import-untyped]
 
 from loadtest._settings import parse_settings
+from tests.deploy.flags import flag_map, launcher_flags
 from tests.deploy.paths import K8S, load_yaml
 from zerogap.config.loader import parse_config
 
@@ -80,7 +81,7 @@ def test_vllm_requests_gpus_and_is_ready_on_health() -> None:
     assert c["resources"]["requests"]["nvidia.com/gpu"] == 1
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert "--async-scheduling" in c["args"]
+    assert flag_map(c["args"]) == launcher_flags(), "the flags `zerogap backends up` passes"
     headless = find("Service", vllm["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None"
 
