@@ -32,17 +32,25 @@ def test_missing_key_variable_is_named(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_settings_from_the_environment_variable_and_the_list_of_classes(tmp_path: Path) -> None:
-    settings = write_settings(tmp_path / "s.json", "http://127.0.0.1:9", tmp_path, "x")
+def test_settings_named_by_the_environment_variable_are_read(tmp_path: Path) -> None:
+    bad = tmp_path / "from-env.json"
+    bad.write_text('{"load_test": {"warmup_seconds": -1}}')
     result = subprocess.run(
-        [LOCUST, "-f", str(REPO / "loadtest"), "--list"],
-        cwd=tmp_path,  # no settings.json here: ZEROGAP_SETTINGS must be read
-        env={**os.environ, "ZEROGAP_SETTINGS": str(settings)},
+        [LOCUST, "-f", str(REPO / "loadtest"), "--headless"],
+        cwd=tmp_path,  # no settings.json here
+        env={**os.environ, "ZEROGAP_SETTINGS": str(bad)},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+    assert result.returncode == 2
+    assert f"{bad}: 1 problem(s):" in result.stderr and "load_test.warmup_seconds:" in result.stderr
+
+
+def test_locust_sees_one_user_class_in_the_folder(tmp_path: Path) -> None:
+    result = subprocess.run([LOCUST, "-f", str(REPO / "loadtest"), "--list"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["Available", "Users:", "LlmUser"]
 
