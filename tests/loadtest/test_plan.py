@@ -31,3 +31,16 @@ def test_open_loop_steps_are_rates_and_users_stay_at_concurrency() -> None:
     assert plan.open_loop
     assert plan.rate_at(1) == 2.5 and plan.rate_at(12) == 10 and plan.rate_at(25) == 0
     assert plan.tick(12) == (16, 16.0)
+
+
+def test_prompt_calibration_with_a_tokenizer_and_without() -> None:
+    from loadtest._prompt import calibrate
+
+    def two_per_word(text: str) -> int:  # a tokenizer that splits every word in two
+        return 2 * len(text.split())
+
+    text, how = calibrate(100, two_per_word, prefix="000000 ")
+    assert how == "tokenize" and two_per_word("000000 " + text) == 100
+    text, how = calibrate(100, None, prefix="000000 ")
+    assert how == "approx" and len(text.split()) == 99
+    assert calibrate(10, lambda _: None)[1] == "approx"
