@@ -34,10 +34,8 @@ def sim_pool(
     stream = out or sys.stdout
 
     def diagnose(child: Child, code: int | None) -> str:
-        last = next((line for line in reversed(child.tail) if line.startswith("zerogap sim:")), "")
-        return f"{child.spec.name} (sim on port {child.spec.port}) exited with code {code}" + (
-            f": {last}" if last else "; its last lines are above."
-        )
+        """The sim's own message (it says what to do), if it printed one."""
+        return next((line for line in reversed(child.tail) if line.startswith("zerogap sim:")), "")
 
     def on_ready(children: list[Child]) -> None:
         stream.write(pool_summary(config, children) + "\n")

@@ -64,7 +64,8 @@ class Child:
 
 @dataclass
 class Hooks:
-    """What differs between engines: reading their output and explaining their failures."""
+    """What differs between engines: reading their output and explaining their failures
+    (diagnose: advice from the child's last lines, "" when nothing is recognised)."""
 
     on_line: Callable[[Child, str], None] = lambda child, line: None
     diagnose: Callable[[Child, int | None], str] = lambda child, code: ""
@@ -209,17 +210,17 @@ class Supervisor:
 
     def _died(self, child: Child, code: int | None) -> None:
         self._reap_group(child)
+        advice = self.hooks.diagnose(child, code)
         if not child.ever_up:
-            hint = self.hooks.diagnose(child, code)
-            raise StartupFailure(hint or f"{child.spec.name} exited with code {code} before it was ready.")
+            head = f"{child.spec.name} exited with code {code} before it was ready"
+            raise StartupFailure(f"{head}: {advice}" if advice else f"{head}; its last lines are above.")
         if child.state == "up" and time.monotonic() - child.up_since > 2 * self.timing.backoff_max_s:
             child.backoff_s = BACKOFF_START_S  # it had been healthy for a while: start the back-off over
         child.state = "backoff"
         child.restart_at = time.monotonic() + child.backoff_s
-        hint = self.hooks.diagnose(child, code)
         self.say(
             f"{child.spec.name} exited (code {code}); restarting in {child.backoff_s:.0f} s. "
-            "The gateway's health checks keep it out of rotation meanwhile." + (f" {hint}" if hint else "")
+            "The gateway's health checks keep it out of rotation meanwhile." + (f" Cause: {advice}" if advice else "")
         )
         child.backoff_s = min(child.backoff_s * 2, self.timing.backoff_max_s)
 

@@ -53,9 +53,7 @@ class VllmHooks:
         self.reports[child.spec.name].feed(line)
 
     def diagnose(self, child: Child, code: int | None) -> str:
-        advice = diagnose(child.tail, self.config)
-        head = f"{child.spec.name} (vLLM on port {child.spec.port}) exited with code {code}"
-        return f"{head}: {advice}" if advice else f"{head}; its last lines are above."
+        return diagnose(child.tail, self.config)
 
     def table(self, child: Child) -> str:
         report = self.reports[child.spec.name]
