@@ -1,4 +1,5 @@
-"""Per-key requests/min and tokens/min limits: token buckets in memory (one process).
+"""Per-key requests/min and tokens/min limits: token buckets in memory (one process);
+gateway/shared_limits.py keeps the same buckets in Redis for several processes.
 
 rpm: a bucket of `rpm` requests, refilled at rpm/60 per second; each request takes one.
 tpm: a bucket of `tpm` tokens, refilled at tpm/60 per second. A request is admitted while
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.auth import Principal
 from gateway.errors import ApiError
@@ -47,12 +49,32 @@ def limited(kind: str, limit: int, retry_after_s: float) -> ApiError:
     )
 
 
+class Limiter(Protocol):
+    async def admit(self, who: Principal, estimate: int) -> None:
+        """Take one request and reserve `estimate` tokens, or raise ApiError 429."""
+        ...
+
+    def settle(self, who: Principal, estimate: int, actual: int) -> None:
+        """Replace a request's reservation by what it used (may finish in the background)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class RateLimiter:
+    """The limits of one process, in memory."""
+
     def __init__(self) -> None:
         self._rpm: dict[str, Bucket] = {}
         self._tpm: dict[str, Bucket] = {}
 
-    def admit(self, who: Principal, estimate: int) -> None:
+    async def admit(self, who: Principal, estimate: int) -> None:
+        self.take(who, estimate)
+
+    async def close(self) -> None:
+        return None
+
+    def take(self, who: Principal, estimate: int) -> None:
         """Take one request and reserve `estimate` tokens, or raise ApiError 429."""
         now = time.monotonic()
         rpm = self._bucket(self._rpm, who.name, who.rpm, now)
@@ -70,7 +92,7 @@ class RateLimiter:
         """Replace a request's reservation by what it used."""
         bucket = self._tpm.get(who.name)
         if bucket is not None and who.tpm is not None:
-            bucket.level += estimate - actual
+            bucket.level = min(bucket.capacity, bucket.level + estimate - actual)
 
     @staticmethod
     def _bucket(buckets: dict[str, Bucket], name: str, limit: int | None, now: float) -> Bucket | None:

@@ -85,7 +85,8 @@ class Completions:
             )
         estimate = estimate_tokens(len(raw), call.max_tokens)
         try:
-            gw.limiter.admit(who, estimate)
+            if who.rpm is not None or who.tpm is not None:
+                await gw.limiter.admit(who, estimate)
         except ApiError as exc:
             limit = "rpm" if exc.code == "rate_limit_requests" else "tpm"
             gw.metrics.ratelimited.labels(call.model, who.name, limit).inc()

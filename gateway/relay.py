@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gateway.auth import Principal
 from gateway.errors import error_body, sse_error
-from gateway.limits import RateLimiter
+from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
@@ -107,7 +107,7 @@ class Relay:
         settings: GatewaySection,
         client: UpstreamClient,
         metrics: GatewayMetrics,
-        limiter: RateLimiter,
+        limiter: Limiter,
         usage: UsageRecorder,
     ) -> None:
         self.settings = settings
@@ -314,7 +314,8 @@ class Relay:
             m.tokens.labels(call.model, out.who.name, "prompt").inc(prompt)
             m.tokens.labels(call.model, out.who.name, "completion").inc(completion)
             self.usage.record(out.who.name, call.model, prompt, completion)
-        self.limiter.settle(out.who, out.estimate, prompt + completion)
+        if out.who.tpm is not None:
+            self.limiter.settle(out.who, out.estimate, prompt + completion)
         if log.isEnabledFor(logging.DEBUG):
             ttft_ms = f"{1000 * (out.first_s - out.t0_s):.1f}" if out.first_s is not None else "-"
             log.debug(

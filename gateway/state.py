@@ -9,10 +9,11 @@ import logging
 from gateway.auth import Authenticator
 from gateway.health import HealthMonitor
 from gateway.keystore import KeyStore
-from gateway.limits import RateLimiter
+from gateway.limits import Limiter, RateLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.pool import Router
 from gateway.relay import Relay
+from gateway.shared_limits import SharedLimiter
 from gateway.upstream import AiohttpUpstream, UpstreamClient
 from gateway.usage import UsageRecorder
 from zerogap.config import Config
@@ -29,7 +30,7 @@ class Gateway:
         self.router = Router(config.pool(), g.routing)
         self.client: UpstreamClient = client or AiohttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
         self.metrics = GatewayMetrics()
-        self.limiter = RateLimiter()
+        self.limiter: Limiter = SharedLimiter(g.redis_url) if g.redis_url else RateLimiter()
         self.usage = UsageRecorder(self.store)
         self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage)
         self.monitor = HealthMonitor(self.router, self.client, timeout_s=min(g.connect_timeout_s, 2.0))
@@ -41,6 +42,8 @@ class Gateway:
         await self.monitor.check_all()
         for b in self.router.backends:
             log.info("backend %s %s model=%s %s", b.name, b.url, b.model, "up" if b.healthy else "DOWN")
+        if isinstance(self.limiter, SharedLimiter) and await self.limiter.ping():
+            log.info("rate limits are shared through Redis")
         if not self.config.server.api_key:
             log.warning("[server].api_key is empty: the unified key is off, only virtual keys are accepted")
         self._tasks = [
@@ -57,5 +60,6 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.usage.flush()
+        await self.limiter.close()
         await self.client.close()
         self.store.close()

@@ -45,6 +45,7 @@ def request(url: str, key: str, body: dict | None = None) -> tuple[int, bytes]:
         ("[gateway]\nbogus = 1\n", "unknown key"),
         ('[server]\napi_key = "${NOT_SET_ANYWHERE_42}"\n', "NOT_SET_ANYWHERE_42"),
         ("[server\n", "not valid TOML"),
+        ('[gateway]\nredis_url = "http://127.0.0.1:6379"\n', "[gateway].redis_url"),
     ],
 )
 def test_bad_config_exits_with_a_clear_message(tmp_path, clean_env, text, words) -> None:

@@ -54,18 +54,18 @@ def test_least_load_and_round_robin_choices() -> None:
     assert rr.choose() is None
 
 
-def test_token_buckets() -> None:
+async def test_token_buckets() -> None:
     limiter = RateLimiter()
     who = Principal("k", rpm=1, tpm=100)
-    limiter.admit(who, 30)
+    await limiter.admit(who, 30)
     with pytest.raises(ApiError) as exc:
-        limiter.admit(who, 30)
+        await limiter.admit(who, 30)
     assert exc.value.status == 429 and exc.value.headers["Retry-After"] in ("60", "59")
     other = Principal("t", tpm=100)
-    limiter.admit(other, 30)
+    await limiter.admit(other, 30)
     limiter.settle(other, 30, 130)  # used more than reserved: overdrawn by 30
     with pytest.raises(ApiError) as exc:
-        limiter.admit(other, 1)
+        await limiter.admit(other, 1)
     assert exc.value.code == "rate_limit_tokens" and 17 <= int(exc.value.headers["Retry-After"]) <= 19
 
 

@@ -40,6 +40,16 @@ class GatewaySection(Section):
     key_refresh_interval_s: float = Field(0.5, gt=0)
     usage_flush_interval_s: float = Field(1.0, gt=0)
     max_connections_per_backend: int = Field(0, ge=0, description="0 = unlimited")
+    redis_url: str | None = Field(
+        None, description="redis://host:port/db: rate limits shared by every gateway process using it"
+    )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
 
 
 class BackendEntry(Section):
