@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import aiohttp
+import pytest
 
+from tests.conftest import free_port, stop_process, wait_for_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import (
     GatewayServer,
@@ -151,3 +156,30 @@ async def test_backend_api_key_sent_and_client_key_never_forwarded(tmp_path) -> 
     seen = up.requests[0]
     assert seen.headers["Authorization"] == "Bearer backend-key-xyz"
     assert "unified-secret" not in json.dumps(seen.headers) + json.dumps(seen.body)
+
+
+@pytest.fixture
+def upstream_process() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """The fixture upstream as its own process (so that it can be SIGKILLed)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "tests.fixtures.upstream", "--port", str(port), "--model", "m",
+           "--interval-s", "0.05", "--num-output-tokens", "1000"]  # fmt: skip
+    proc = subprocess.Popen(cmd)
+    try:
+        wait_for_port(port, 15, proc)
+        yield proc, f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+async def test_backend_process_killed_mid_stream(tmp_path, upstream_process) -> None:
+    proc, url = upstream_process
+    with GatewayServer(make_config(tmp_path, [("b0", url, "m")])) as gs:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(gs.url + "/v1/chat/completions", json=chat_body(), headers=auth()) as resp:
+                first = await resp.content.readany()
+                proc.kill()  # SIGKILL: no goodbye from the backend
+                rest = await asyncio.wait_for(resp.read(), 5)
+        assert await wait_until(lambda: not gs.gw.router.backends[0].healthy, 3)
+    evs = events(first + rest)
+    assert evs[-1] == "[DONE]" and json.loads(evs[-2])["error"]["code"] == 502
