@@ -62,6 +62,7 @@ def plot_vs_load(report: dict[str, Any], path: Path) -> Path:
     tpot.plot(loads, _series(steps, "itl_ms", "p50"), "d-.", label="ITL p50")
     for ax in (tps, gpu, ttft, tpot):
         ax.legend(fontsize=8)
+        ax.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -126,6 +126,10 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _lag_cell(lag: dict[str, float | None] | None) -> str | None:
+    return "/".join(_cell(lag[p]) for p in ("p50", "p90")) if lag else None
+
+
 def _gpu_cell(gpu: dict[str, float] | None) -> str | None:
     return f"{gpu['mean']:.0f}/{gpu['min']:.0f}" if gpu else None
 
@@ -143,6 +147,7 @@ STEP_COLUMNS = (
     ("goodput req/s", lambda s: s["goodput_rps"]),
     ("ok / failed", lambda s: f"{s['requests_ok']} / {s['requests_failed']}"),
     ("load-gen CPU %", lambda s: s.get("loadgen_cpu_percent")),
+    ("send lag p50/p90 ms", lambda s: _lag_cell(s.get("send_lag_ms"))),
     ("valid", lambda s: "yes" if s["valid"] else f"NO: {s['invalid_reason']}"),
     ("tokens from", lambda s: s["token_count_source"]),
 )
