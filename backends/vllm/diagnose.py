@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from zerogap.config import Config
 
 _MAX_LEN = re.compile(r"estimated maximum model length is (\d+)")
+_DERIVED = re.compile(r"derived max_model_len \(max_position_embeddings=(\d+)")
+_ERROR = re.compile(r"(\w+Error: .*|Value error, .*)")
 
 
 def _oom(config: Config) -> str:
@@ -39,6 +41,7 @@ RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("is not a local folder and is not a valid model identifier", "Repository Not Found"), "model"),
     (("couldn't connect to 'https://huggingface.co'", "LocalEntryNotFoundError"), "model"),
     (("Unsupported CPU attention configuration",), "cpu_attn"),
+    (("is greater than the derived max_model_len",), "too_long"),
 )
 
 
@@ -57,13 +60,30 @@ def _message(kind: str, config: Config, text: str) -> str:
             f"vLLM cannot find the model {engine.model!r}: not a local folder, and it cannot be downloaded. "
             f"Fix [engine].model, or build a local one: zerogap tiny-model {engine.model}"
         )
+    if kind == "too_long":
+        match = _DERIVED.search(text)
+        limit = f" ({match.group(1)} tokens)" if match else ""
+        return (
+            f"[engine].max_model_len ({engine.max_model_len}) is longer than the model allows{limit}. "
+            "Lower it, or leave it out to use the model's own length."
+        )
     return "this model's head size is not supported by vLLM's CPU attention; use head_dim 64 or more."
 
 
+def last_error(lines: Iterable[str]) -> str:
+    """vLLM's last error line, shortened, for failures no rule knows."""
+    found = ""
+    for line in lines:
+        if match := _ERROR.search(line):
+            found = match.group(1)
+    return found[:400]
+
+
 def diagnose(lines: Iterable[str], config: Config) -> str:
-    """The first known failure in the output, as advice; "" when none is recognised."""
+    """The first known failure in the output, as advice; else vLLM's last error line; else ""."""
     text = "\n".join(lines)
     for needles, kind in RULES:
         if any(needle in text for needle in needles):
             return _message(kind, config, text)
-    return ""
+    error = last_error(text.splitlines())
+    return f"vLLM said: {error}" if error else ""

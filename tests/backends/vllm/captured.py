@@ -28,3 +28,10 @@ KV_TOO_SMALL_LINES = [
     "estimated maximum model length is 77824. Try increasing `gpu_memory_utilization` or decreasing "
     "`max_model_len` when initializing the engine.",
 ]
+# max_model_len 4096 for the tiny model (max_position_embeddings 2048), caused here for real.
+TOO_LONG_LINES = [
+    "[replica0] pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+    "[replica0]   Value error, User-specified max_model_len (4096) is greater than the derived max_model_len "
+    "(max_position_embeddings=2048.0 or model_max_length=None in model's config.json). To allow overriding this "
+    "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+]

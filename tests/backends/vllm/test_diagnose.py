@@ -5,7 +5,7 @@ in tests/backends/test_cli.py and test_real_vllm.py."""
 from __future__ import annotations
 
 from backends.vllm.diagnose import diagnose
-from tests.backends.vllm.captured import CUDA_OOM_LINES, KV_TOO_SMALL_LINES
+from tests.backends.vllm.captured import CUDA_OOM_LINES, KV_TOO_SMALL_LINES, TOO_LONG_LINES
 from zerogap.config import parse_config
 
 CONFIG = parse_config('[engine]\nmodel = "m"\ngpu_memory_utilization = 0.95\nmax_model_len = 32768\n', env={})
@@ -23,6 +23,13 @@ def test_kv_cache_too_small_quotes_vllms_estimate() -> None:
     assert "Lower [engine].max_model_len (vLLM estimates 77824 fits)" in advice
 
 
+def test_max_model_len_longer_than_the_model() -> None:
+    advice = diagnose(TOO_LONG_LINES, CONFIG)
+    assert advice.startswith("[engine].max_model_len (32768) is longer than the model allows (2048 tokens)")
+
+
 def test_port_and_unknown() -> None:
     assert "in use" in diagnose(["OSError: [Errno 98] Address already in use"], CONFIG)
     assert diagnose(["something else entirely"], CONFIG) == ""
+    said = diagnose(["Traceback (most recent call last):", "RuntimeError: Engine core initialization failed."], CONFIG)
+    assert said == "vLLM said: RuntimeError: Engine core initialization failed."

@@ -19,8 +19,18 @@ import psutil
 import pytest
 
 from backends.vllm.install import detect_vllm
-from tests.backends.vllm.pool import MODEL, UNIFIED, Pool, metric, post, start_pool, stop_pool, vllm_interpreter
-from tests.conftest import REPO
+from tests.backends.vllm.pool import (
+    MODEL,
+    UNIFIED,
+    Pool,
+    metric,
+    post,
+    start_pool,
+    stop_pool,
+    vllm_interpreter,
+    write_config,
+)
+from tests.conftest import REPO, zerogap_cmd
 
 # vLLM starts in ~60 s alone, several times that on a busy 2-core machine: a longer timeout than 300 s.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -205,3 +215,15 @@ def test_killed_replica_is_restarted_and_everything_stops_clean(pool: Pool) -> N
     assert "all replicas stopped" in pool.output
     orphans = [pid for pid in new_group if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert not orphans, f"processes outlived the stop: {orphans}"
+
+
+def test_a_replica_vllm_refuses_ends_with_advice(tmp_path: Path) -> None:
+    """A failure vLLM itself reports (caused for real): max_model_len past the model's 2048."""
+    config = write_config(tmp_path, vllm_interpreter())
+    config.write_text(config.read_text().replace("max_model_len = 1024", "max_model_len = 4096"))
+    cmd = zerogap_cmd("backends", "up", "--config", str(config))
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("zerogap backends: replica0 exited with code 1 before it was ready: ")
+    assert "[engine].max_model_len (4096) is longer than the model allows (2048 tokens)" in last
