@@ -22,7 +22,6 @@ class BlockManager:
         self.block_hash: list[int | None] = [None] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}  # hash -> block id
-        self.hashed: dict[int, tuple[int, int]] = {}  # seq_id -> (blocks hashed so far, last hash)
         self.num_queries = 0
         self.num_hits = 0
 
@@ -74,7 +73,8 @@ class BlockManager:
         seq.num_computed_tokens = len(blocks) * self.block_size
         seq.num_cached_tokens = max(seq.num_cached_tokens, seq.num_computed_tokens)
         if blocks:
-            self.hashed[seq.seq_id] = (len(blocks), self.block_hash[blocks[-1]] or 0)
+            seq.num_hashed_blocks = len(blocks)
+            seq.last_block_hash = self.block_hash[blocks[-1]] or 0
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         for _ in range(self.blocks_needed(seq, num_new_tokens)):
@@ -91,7 +91,7 @@ class BlockManager:
         """Hash the blocks that this step filled with computed tokens."""
         if not self.enable_prefix_caching:
             return
-        done, prev = self.hashed.get(seq.seq_id, (0, 0))
+        done, prev = seq.num_hashed_blocks, seq.last_block_hash
         full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
         if full <= done:
             return
@@ -101,7 +101,7 @@ class BlockManager:
             if self.block_hash[block] is None:
                 self.block_hash[block] = h
                 self.cached.setdefault(h, block)
-        self.hashed[seq.seq_id] = (full, hashes[-1])
+        seq.num_hashed_blocks, seq.last_block_hash = full, hashes[-1]
 
     def release(self, seq: Sequence) -> None:
         """Free a sequence's blocks (finished, aborted or preempted). Hashed blocks stay
@@ -111,4 +111,4 @@ class BlockManager:
             if self.ref_count[block] == 0:
                 self.free[block] = None
         seq.block_table = []
-        self.hashed.pop(seq.seq_id, None)
+        seq.num_hashed_blocks = seq.last_block_hash = 0

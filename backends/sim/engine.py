@@ -30,6 +30,7 @@ class RealtimeEngine:
         self.sinks: dict[int, TokenSink] = {}
         self.window = BusyWindow(settings.cost.metrics_window_s, now_s())
         self.lag = LagRecorder()
+        self.work = LagRecorder()  # CPU time of the step loop itself per step (apply + plan)
         self.gc = GcWatch()
         self.metrics = SimMetrics(settings.model, self)
         self._wakeup = asyncio.Event()
@@ -84,6 +85,7 @@ class RealtimeEngine:
                 self.lag.record(actual - target)
                 self._apply(plan, actual)
                 plan = self.core.plan()
+                self.work.record(now_s() - actual)
 
     def _apply(self, plan: StepPlan, t: float) -> None:
         cost = plan.cost

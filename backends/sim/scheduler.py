@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from backends.sim.block_manager import BlockManager
 from backends.sim.sequence import SeqStatus, Sequence
@@ -38,8 +39,7 @@ class Batch:
         return self.num_decode_seqs + self.num_prefill_tokens
 
 
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
+class TokenEvent(NamedTuple):
     """A sequence's new token after a step; finished tells whether it was its last."""
 
     seq: Sequence
@@ -115,24 +115,40 @@ class Scheduler:
         return batch
 
     def _schedule_running(self, batch: Batch, budget: int) -> int:
-        blocks = self.blocks
+        """The hot path (every running sequence, every step): attributes, not properties."""
+        blocks, running, items = self.blocks, self.running, batch.items
+        size, free = blocks.block_size, blocks.free
+        num_decode = num_prefill = 0
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            num_new = min(seq.num_uncomputed, budget)
-            while not blocks.can_allocate(seq, num_new):
-                victim = self.running[-1]
-                self._preempt(victim)
-                batch.num_preempted += 1
-                if victim is seq:
-                    break
-            if seq.status is not SeqStatus.RUNNING:
-                break
-            blocks.allocate(seq, num_new)
-            self._add_item(batch, seq, num_new)
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            computed = seq.num_computed_tokens
+            num_new = min(len(seq.token_ids) - computed, budget)
+            need = (computed + num_new + size - 1) // size - len(seq.block_table)
+            if need > len(free) and not self._make_room(batch, seq, need):
+                break  # seq itself was preempted
+            if need > 0:
+                blocks.allocate(seq, num_new)
+            items.append((seq, num_new))
+            if num_new == 1 and computed >= len(seq.prompt_token_ids):
+                num_decode += 1
+            else:
+                num_prefill += num_new
             budget -= num_new
             i += 1
+        batch.num_decode_seqs += num_decode
+        batch.num_prefill_tokens += num_prefill
         return budget
+
+    def _make_room(self, batch: Batch, seq: Sequence, need: int) -> bool:
+        """Preempt the newest running sequences until seq's blocks fit; False if seq went."""
+        while need > self.blocks.num_free:
+            victim = self.running[-1]
+            self._preempt(victim)
+            batch.num_preempted += 1
+            if victim is seq:
+                return False
+        return True
 
     def _schedule_waiting(self, batch: Batch, budget: int) -> None:
         blocks = self.blocks
@@ -173,16 +189,23 @@ class Scheduler:
         """Apply a computed step: advance each sequence and sample where it is complete."""
         events: list[TokenEvent] = []
         blocks = self.blocks
+        size = blocks.block_size
+        caching = blocks.enable_prefix_caching
+        max_len = self.max_model_len
+        running = SeqStatus.RUNNING
         for seq, num_new in batch.items:
-            if seq.status is not SeqStatus.RUNNING:
+            if seq.status is not running:
                 continue  # aborted or preempted while the step ran
-            seq.num_computed_tokens += num_new
-            blocks.on_computed(seq)
-            if seq.num_computed_tokens < seq.num_tokens:
+            computed = seq.num_computed_tokens + num_new
+            seq.num_computed_tokens = computed
+            if caching and computed // size > seq.num_hashed_blocks:
+                blocks.on_computed(seq)
+            if computed < len(seq.token_ids):
                 continue  # a prefill chunk: no token yet
             token = sample(seq)
-            seq.append_token(token)
-            reason = self._stop_reason(seq, token)
+            seq.token_ids.append(token)
+            seq.output_token_ids.append(token)
+            reason = self._stop_reason(seq, token, max_len)
             if reason is not None:
                 self.running.remove(seq)
                 self.num_removed += 1
@@ -190,11 +213,12 @@ class Scheduler:
             events.append(TokenEvent(seq, token, reason is not None))
         return events
 
-    def _stop_reason(self, seq: Sequence, token: int) -> str | None:
-        if seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
+    @staticmethod
+    def _stop_reason(seq: Sequence, token: int, max_model_len: int) -> str | None:
+        if len(seq.output_token_ids) >= seq.max_tokens or len(seq.token_ids) >= max_model_len:
             return "length"
-        if token in seq.stop_ids:
+        if seq.stop_ids and token in seq.stop_ids:
             return "stop"
-        if seq.eos_at is not None and not seq.ignore_eos and seq.num_output_tokens >= seq.eos_at:
+        if seq.eos_at is not None and not seq.ignore_eos and len(seq.output_token_ids) >= seq.eos_at:
             return "stop"
         return None

@@ -21,9 +21,11 @@ class Sequence:
         "eos_at",
         "finish_reason",
         "ignore_eos",
+        "last_block_hash",
         "max_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
+        "num_hashed_blocks",
         "num_preemptions",
         "output_token_ids",
         "prompt_token_ids",
@@ -58,6 +60,8 @@ class Sequence:
         self.num_cached_tokens = 0
         self.num_preemptions = 0
         self.block_table: list[int] = []
+        self.num_hashed_blocks = 0  # leading blocks whose hash the block manager has registered
+        self.last_block_hash = 0
         self.status = SeqStatus.WAITING
         self.finish_reason: str | None = None
 

@@ -154,6 +154,7 @@ async def _stats(request: web.Request) -> web.Response:
         "mode": engine.settings.mode,
         "time_scale": engine.settings.time_scale,
         "step_lag_ms": engine.lag.summary_ms(),
+        "step_work_ms": engine.work.summary_ms(),
         "gc_pause_ms": engine.gc.summary_ms(),
         "num_running": engine.core.num_running,
         "num_waiting": engine.core.num_waiting,
@@ -168,4 +169,5 @@ async def _stats(request: web.Request) -> web.Response:
 async def _stats_reset(request: web.Request) -> web.Response:
     request.app[ENGINE].lag.reset()
     request.app[ENGINE].gc.reset()
+    request.app[ENGINE].work.reset()
     return web.json_response({"reset": True})

@@ -21,12 +21,30 @@ class Transport(Protocol):
 
 
 class SseWriter:
-    __slots__ = ("builder", "chunked", "num_cached", "transport")
+    __slots__ = ("builder", "chunked", "frames", "transport")
 
     def __init__(self, transport: Transport, builder: ResponseBuilder, chunked: bool) -> None:
         self.transport = transport
         self.builder = builder
         self.chunked = chunked
+        # a plain mid-stream token's framed event depends only on the token: build each once
+        self.frames: dict[int, bytes] | None = None if builder.request.continuous_usage else {}
+
+    def send_one(self, token: int, num_before: int, finish_reason: str | None, num_cached: int) -> bool:
+        """The step loop's hot path: one token, usually mid-stream."""
+        frames = self.frames
+        if frames is None or finish_reason is not None:
+            return self.send([token], num_before, finish_reason, num_cached)
+        if self.transport.is_closing():
+            return False
+        frame = frames.get(token)
+        if frame is None:
+            frame = frames[token] = self._frame(self.builder.token_chunks([token], num_before, None))
+        self.transport.write(frame)
+        return True
+
+    def _frame(self, data: bytes) -> bytes:
+        return b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data
 
     def send(self, tokens: list[int], num_before: int, finish_reason: str | None, num_cached: int) -> bool:
         """Write the events for tokens; False when the client has gone away."""
@@ -35,9 +53,7 @@ class SseWriter:
         data = self.builder.token_chunks(tokens, num_before, finish_reason)
         if finish_reason is not None:
             data += self.builder.end_chunks(finish_reason, num_before + len(tokens), num_cached, bool(tokens))
-        if self.chunked:
-            data = b"%x\r\n%b\r\n" % (len(data), data)
-        self.transport.write(data)
+        self.transport.write(self._frame(data))
         return True
 
 
@@ -60,7 +76,7 @@ class TokenSink:
         if writer is None:
             self.tokens.append(token)
         else:
-            if not writer.send([token], self.num_sent, finish_reason, self.seq.num_cached_tokens):
+            if not writer.send_one(token, self.num_sent, finish_reason, self.seq.num_cached_tokens):
                 return False
             self.num_sent += 1
         if finish_reason is not None:
