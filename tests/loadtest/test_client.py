@@ -4,6 +4,7 @@ counts and every failure kind."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from loadtest._client import StreamClient
 from tests.fixtures.upstream import Behavior, UpstreamServer
@@ -70,3 +71,51 @@ def test_no_server_is_a_connection_error() -> None:
     streamer = client(f"http://127.0.0.1:{free_port()}")
     record, _, detail = streamer.stream(body())
     assert record.error_kind == "connection error" and "connection error" in detail
+
+
+def test_one_connection_is_kept_for_many_streams() -> None:
+    """The body's end after [DONE] is read, so the socket goes back to the pool (a new
+    connection per request would cost a handshake and, at scale, ephemeral ports)."""
+    import asyncio
+    import threading
+
+    from bench.harness_throughput import _Upstream
+
+    connections: list[int] = []
+
+    class LateEnd:
+        """Sends the chunked body's last 5 bytes (0 CRLF CRLF) 20 ms after [DONE], as aiohttp does."""
+
+        def __init__(self, transport: Any) -> None:
+            self.transport = transport
+
+        def write(self, data: bytes) -> None:
+            if data.endswith(b"0\r\n\r\n"):
+                self.transport.write(data[:-5])
+                loop.call_later(0.02, self.transport.write, data[-5:])
+            else:
+                self.transport.write(data)
+
+    class Counting(_Upstream):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            connections.append(1)
+            super().connection_made(transport)
+            self.transport = LateEnd(transport)
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = asyncio.run_coroutine_threadsafe(loop.create_server(Counting, "127.0.0.1", 0), loop).result(10)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        streamer = client(f"http://127.0.0.1:{port}")
+        records = [streamer.stream(body())[0] for _ in range(5)]
+        streamer.close()
+    finally:
+        server.close()
+        asyncio.run_coroutine_threadsafe(server.wait_closed(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+    assert all(r.ok and r.output_tokens == 256 for r in records)
+    assert len(connections) == 1
