@@ -64,9 +64,9 @@ class StreamClient:
         When the test stops mid-stream, on_interrupt gets what was read so far."""
         parser = SseParser(self.chat)
         start_wall, start = time.time(), time.perf_counter()
-        kind, detail = "", ""
+        kind, detail, end = "", "", None
         try:
-            self._send_and_read(body, parser)
+            end = self._send_and_read(body, parser)
         except RequestFailed as exc:
             kind, detail = exc.kind, str(exc)
         except gevent.GreenletExit:
@@ -80,10 +80,11 @@ class StreamClient:
             detail = f"{kind}: {type(exc).__name__}: {exc}"
         except ValueError as exc:  # json.JSONDecodeError
             kind, detail = "bad chunk", f"bad chunk: not JSON ({exc})"
-        record, walls = _to_record(parser, start_wall, start, kind, send_lag_s)
+        record, walls = _to_record(parser, start_wall, start, kind, send_lag_s, end)
         return record, walls, detail
 
-    def _send_and_read(self, body: bytes, parser: SseParser) -> None:
+    def _send_and_read(self, body: bytes, parser: SseParser) -> float:
+        """Returns when the stream ended ([DONE], or the body's end): E2E stops there."""
         response = self.http.request("POST", self.path, body=body, headers=self.headers)
         try:
             status = response.get_code()
@@ -98,7 +99,8 @@ class StreamClient:
                 feed(line, clock())
                 if parser.done:
                     break
-            parser.finish(clock())
+            end = clock()
+            parser.finish(end)
             if parser.done and not response.message_complete:
                 _drain(response)  # the body's end follows [DONE]: read it so the connection is kept
         finally:
@@ -109,6 +111,7 @@ class StreamClient:
             raise RequestFailed("broken stream", "the stream ended without data: [DONE]")
         if not parser.content_times:
             raise RequestFailed("empty stream", "no content chunk before [DONE]")
+        return end
 
 
 def _drain(response: Any) -> None:
@@ -126,9 +129,9 @@ def _error_message(text: str) -> str:
 
 
 def _to_record(
-    parser: SseParser, start_wall: float, start: float, kind: str, send_lag_s: float | None
+    parser: SseParser, start_wall: float, start: float, kind: str, send_lag_s: float | None, end: float | None = None
 ) -> tuple[RequestRecord, list[float]]:
-    end = time.perf_counter()
+    end = time.perf_counter() if end is None else end
     times = parser.content_times
     if parser.completion_tokens is not None:
         tokens, source = int(parser.completion_tokens), "usage"

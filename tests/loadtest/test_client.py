@@ -35,9 +35,9 @@ def test_multi_token_chunks_count_tokens_from_usage_and_time_them() -> None:
     assert record.ok and detail == ""
     assert record.output_tokens == 12 and record.token_source == "usage" and record.prompt_tokens == 3
     assert len(walls) == 4  # 12 tokens in chunks of 3
-    assert record.ttft_s is not None and 0.045 <= record.ttft_s < 0.09
-    assert record.itl.count == 3 and 19.0 <= (record.itl.percentile(50) or 0) < 30.0
-    assert abs(record.e2e_s - (0.05 + 3 * 0.02)) < 0.03
+    assert record.ttft_s is not None and 0.045 <= record.ttft_s < 0.2  # a loaded shared machine adds delay
+    assert record.itl.count == 3 and 19.0 <= (record.itl.percentile(50) or 0) < 40.0
+    assert 0.055 <= record.e2e_s - record.ttft_s < 0.15  # the three later chunks, 20 ms apart
 
 
 def test_completions_endpoint_and_a_kept_alive_connection() -> None:
