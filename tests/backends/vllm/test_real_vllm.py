@@ -35,6 +35,7 @@ from tests.conftest import REPO, zerogap_cmd
 # vLLM starts in ~60 s alone, several times that on a busy 2-core machine: a longer timeout than 300 s.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
+MAX_TOKENS = 4000  # with the prompt, within max_model_len 4096
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say something about tokens."}]}
 
 
@@ -60,7 +61,7 @@ def test_in_force_table_reads_what_vllm_reports(pool: Pool) -> None:
     row = rows["[token_interval].async_scheduling"]
     assert row.split()[1:3] == ["true", "false"]
     assert "cannot honour here  (the CPU backend turns async scheduling off)" in row
-    assert rows["[engine].max_model_len"].split()[1:] == ["1024", "1024", "in", "force"]
+    assert rows["[engine].max_model_len"].split()[1:] == ["4096", "4096", "in", "force"]
     assert rows["[scheduler].max_num_seqs"].split()[1] == "-" and "vLLM default" in rows["[scheduler].max_num_seqs"]
     assert "KV cache: " in out and "tokens; maximum concurrency" in out
 
@@ -112,8 +113,9 @@ def test_chat_streamed_with_usage(pool: Pool) -> None:
 
 
 def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
+    """4,000 tokens take the tiny model several seconds; the abort must come long before."""
     before = metric(pool.engine_url, "vllm:generation_tokens_total")
-    conn, response = stream(pool, 900)
+    conn, response = stream(pool, MAX_TOKENS)
     received = events(response)
     for _ in range(5):
         next(received)
@@ -127,7 +129,7 @@ def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
         time.sleep(0.05)
     time.sleep(0.5)
     generated = metric(pool.engine_url, "vllm:generation_tokens_total") - before
-    assert generated < 900, f"the request ran to the end ({generated} tokens): it was not aborted"
+    assert generated < MAX_TOKENS, f"the request ran to the end ({generated} tokens): it was not aborted"
 
 
 def test_stepped_harness_run_has_tps_at_every_step(pool: Pool, tmp_path: Path) -> None:
@@ -218,12 +220,12 @@ def test_killed_replica_is_restarted_and_everything_stops_clean(pool: Pool) -> N
 
 
 def test_a_replica_vllm_refuses_ends_with_advice(tmp_path: Path) -> None:
-    """A failure vLLM itself reports (caused for real): max_model_len past the model's 2048."""
+    """A failure vLLM itself reports (caused for real): max_model_len past the model's 4096."""
     config = write_config(tmp_path, vllm_interpreter())
-    config.write_text(config.read_text().replace("max_model_len = 1024", "max_model_len = 4096"))
+    config.write_text(config.read_text().replace("max_model_len = 4096", "max_model_len = 8192"))
     cmd = zerogap_cmd("backends", "up", "--config", str(config))
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
     assert result.returncode == 1
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("zerogap backends: replica0 exited with code 1 before it was ready: ")
-    assert "[engine].max_model_len (4096) is longer than the model allows (2048 tokens)" in last
+    assert "[engine].max_model_len (8192) is longer than the model allows (4096 tokens)" in last
