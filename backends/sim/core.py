@@ -7,6 +7,7 @@ time has come. engine.py drives it in real time, virtual.py in virtual time.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import dataclass
 
@@ -63,7 +64,7 @@ class EngineCore:
         p = self.settings.cost.eos_probability
         eos_at = None
         if p > 0 and not ignore_eos:
-            eos_at = 1 + int(self._rng.expovariate(-_log1m(p))) if p < 1 else 1
+            eos_at = 1 + int(self._rng.expovariate(-math.log1p(-p)))  # geometric: EOS chance p per token
         return Sequence(next(self._ids), prompt_token_ids, max_tokens, arrival_s, ignore_eos, stop_ids, eos_at)
 
     def add(self, seq: Sequence) -> None:
@@ -87,9 +88,3 @@ class EngineCore:
 
 def _sample(seq: Sequence) -> int:
     return words.output_token(seq.seq_id, seq.num_output_tokens)
-
-
-def _log1m(p: float) -> float:
-    import math
-
-    return math.log1p(-p)
