@@ -1,17 +1,14 @@
 """The dashboards against a live stack: Debian's Prometheus scraping a real gateway in front of
 simulated engines, under a short bounded load from the real Locust harness and from clients of
-other keys (one engine killed on the way, so that errors,
-retries and a down backend are on the dashboards too). Checks the series through Prometheus's
+other keys (one engine killed on the way, so that errors, retries and a down backend are on the
+dashboards too). Checks the series through Prometheus's
 HTTP API, renders each console dashboard in headless Chromium, and runs every Grafana query.
 
 ZEROGAP_DASHBOARD_PNG_DIR=DIR keeps the rendered PNGs (the README's pictures)."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
 import shutil
 import time
 import urllib.request
@@ -21,11 +18,10 @@ from typing import Any
 
 import pytest
 
+from tests.deploy.checks import dashboard_problems, finite_values, wait_for_series
 from tests.deploy.load import Load
 from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, grafana_panels, recording_rules
-from tests.deploy.pictures import ink_fraction, size
 from tests.deploy.stack import Stack, prom_api, start_gateway, start_locust, start_prometheus, start_sim
-from zerogap.render import inspect_page, render_png
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,17 +60,6 @@ RAW_SERIES = [
     "zerogap_loadtest_cpu_percent",
     "zerogap_loadtest_gpu_util_percent",
 ]
-GRAPH_WINDOW = '#pctc{"duration":120,"endTime":0}'  # prom_console.js reads the range from the hash
-GRAPH_EXPRS = re.compile(r'zgGraph\(\s*"[^"]+",\s*(\[[^\]]*\]|"[^"]*")')
-
-
-def graph_exprs(served: str) -> list[str]:
-    """The PromQL of every zgGraph(...) call in a served console page (JSON-compatible literals)."""
-    exprs: list[str] = []
-    for literal in GRAPH_EXPRS.findall(served):
-        value = json.loads(literal)
-        exprs.extend(value if isinstance(value, list) else [value])
-    return exprs
 
 
 def gateway_inflight(stack: Stack, backend: str) -> float:
@@ -93,25 +78,6 @@ def kill_when_busy(stack: Stack, name: str, proc: Any, timeout_s: float = 20.0) 
         time.sleep(0.05)
     proc.kill()
     proc.wait(10)
-
-
-def finite_values(result: list[dict[str, Any]]) -> list[float]:
-    values = [float(r["value"][1]) for r in result if "value" in r]
-    values += [float(v[1]) for r in result for v in r.get("values", [])]
-    return [v for v in values if math.isfinite(v)]
-
-
-def wait_for_series(stack: Stack, exprs: list[str], timeout_s: float) -> dict[str, list[float]]:
-    """Poll until every expression has at least one finite value; return the last values."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = {e: finite_values(prom_api(stack, "query", query=e)["result"]) for e in exprs}
-        missing = [e for e, values in found.items() if not values]
-        if not missing:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no data after {timeout_s} s for: {missing}\n{stack.tail_logs()}")
-        time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -159,37 +125,6 @@ def test_gpu_utilization_comes_from_the_sims_without_dcgm(live: Stack) -> None:
     result = prom_api(live, "query", query="zerogap:gpu_util:ratio")["result"]
     assert {r["metric"]["source"] for r in result} == {"sim"}
     assert {r["metric"]["backend"] for r in result} == {"sim-sync", "sim-async"}
-
-
-def dashboard_problems(stack: Stack, page: str, png: Path) -> list[str]:
-    """What is wrong with a console dashboard as served and as drawn; [] when it shows data."""
-    url = f"{stack.prometheus_url}/consoles/{page}"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        served = resp.read().decode()
-    problems = []
-    if "error executing template" in served.lower():
-        problems.append("template error")
-    if 'class="zg-nodata"' in served:
-        problems.append("a value or table found no data")
-    shown = inspect_page(url + GRAPH_WINDOW, height=1600, wait_ms=5000)
-    problems += [f"script: {e}" for e in shown.script_errors]
-    graphs = served.count("zgGraph(") - 1  # the library's definition is one
-    exprs = graph_exprs(served)
-    if graphs < 1 or len(exprs) < graphs:
-        problems.append("no graphs, or a graph whose query this test cannot read")
-    end = time.time()
-    for expr in exprs:
-        data = prom_api(stack, "query_range", query=expr, start=str(end - 60), end=str(end), step="2")
-        if not finite_values(data["result"]):
-            problems.append(f"graph query without data: {expr}")
-    if "prom_graph_error" in shown.dom:
-        problems.append("a graph says 'No timeseries returned' or 'Error loading data'")
-    if shown.dom.count("<svg") < graphs or shown.dom.count('class="rickshaw_legend"') < graphs:
-        problems.append("a graph drew no lines")
-    render_png(url + GRAPH_WINDOW, png, height=1600, wait_ms=5000)
-    if size(png) != (1400, 1600) or ink_fraction(png) < 0.05:
-        problems.append("the picture is blank or of the wrong size")
-    return problems
 
 
 @pytest.mark.parametrize("page", CONSOLE_PAGES)
