@@ -73,3 +73,11 @@ def test_missing_browser_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RenderError, match="setup-system"):
         chromium_path()
+
+
+def test_render_png_of_a_local_file(tmp_path: Path) -> None:
+    """Reports on disk (report.html) render from a file:// URL, as the README's pictures do."""
+    page = tmp_path / "report.html"
+    page.write_text(PAGE)
+    out = render_png(page.as_uri(), tmp_path / "report.png", width=500, height=300, wait_ms=2000)
+    assert count_colour(out, (220, 20, 20)) > 0.5 * 300 * 200
