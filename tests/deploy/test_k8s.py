@@ -93,6 +93,15 @@ def test_gateway_config_names_each_vllm_replica() -> None:
     assert [b.url for b in config.backends] == [f"http://vllm-{i}.vllm.zerogap.svc:8000" for i in range(replicas)]
 
 
+def test_rate_limits_are_shared_across_gateway_replicas() -> None:
+    text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
+    config = parse_config(text, "k8s config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    assert config.gateway.redis_url == "redis://redis.zerogap.svc:6379/0"
+    service = find("Service", "redis")
+    assert service["spec"]["ports"][0]["port"] == 6379
+    assert service["spec"]["selector"] == find("Deployment", "redis")["spec"]["selector"]["matchLabels"]
+
+
 def test_locust_master_and_workers() -> None:
     master = container(find("Deployment", "locust-master"))
     worker = container(find("Deployment", "locust-worker"))
