@@ -152,11 +152,13 @@ def loadgen(args: argparse.Namespace) -> None:
         res.update(kind=kind, cpu=cpu, wall_s=wall_s)
         results.append(res)
         shown = " ".join(f"{k}={v:.0%}" for k, v in cpu.items())
+        p50_ms, p99_ms = 1000 * pct(res["ttft_s"], 0.5), 1000 * pct(res["ttft_s"], 0.99)
         print(
-            f"  round {i + 1}: {kind:<8} {res['tps']:8.0f} tok/s  errors={res['num_errors']}  CPU of a core: {shown}",
+            f"  round {i + 1}: {kind:<8} {res['tps']:6.0f} tok/s  TTFT p50 {p50_ms:7.2f} ms p99 {p99_ms:8.2f} ms  "
+            f"errors={res['num_errors']}  CPU of a core: {shown}",
             file=sys.stderr,
         )
-    print(json.dumps(results))
+    Path(args.out).write_text(json.dumps(results))
 
 
 # ---------------------------------------------------------------- orchestration
@@ -171,7 +173,10 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, float]:
     by = {k: [r for r in results if r["kind"] == k] for k in ("direct", "gateway")}
     ttft = {k: [t for r in rs for t in r["ttft_s"]] for k, rs in by.items()}
     tps = {k: statistics.mean(r["tps"] for r in rs) for k, rs in by.items()}
-    pair_ratios = [g["tps"] / d["tps"] for d, g in zip(by["direct"], by["gateway"], strict=True) if d["tps"]]
+    pairs = list(zip(by["direct"], by["gateway"], strict=True))
+    pair_ratios = [g["tps"] / d["tps"] for d, g in pairs if d["tps"]]
+    pair_p50_ms = [1000 * (pct(g["ttft_s"], 0.5) - pct(d["ttft_s"], 0.5)) for d, g in pairs]
+    pair_p99_ms = [1000 * (pct(g["ttft_s"], 0.99) - pct(d["ttft_s"], 0.99)) for d, g in pairs]
     gw_cpu_us = [1e6 * r["cpu"]["gateway"] * r["wall_s"] / max(1, r["num_tokens_all"]) for r in by["gateway"]]
     up_cpu_us = [1e6 * r["cpu"]["upstream"] * r["wall_s"] / max(1, r["num_tokens_all"]) for r in by["direct"]]
     return {
@@ -185,6 +190,8 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, float]:
         "ttft_p99_gateway_ms": 1000 * pct(ttft["gateway"], 0.99),
         "added_ttft_p50_ms": 1000 * (pct(ttft["gateway"], 0.5) - pct(ttft["direct"], 0.5)),
         "added_ttft_p99_ms": 1000 * (pct(ttft["gateway"], 0.99) - pct(ttft["direct"], 0.99)),
+        "added_ttft_p50_ms_median_of_pairs": statistics.median(pair_p50_ms),
+        "added_ttft_p99_ms_median_of_pairs": statistics.median(pair_p99_ms),
         "gateway_cpu_us_per_token": statistics.median(gw_cpu_us),
         "upstream_cpu_us_per_token": statistics.median(up_cpu_us),
         "num_errors": sum(r["num_errors"] for r in results),
@@ -253,8 +260,11 @@ def run_loadgen(args: argparse.Namespace, env: dict[str, str], up: tuple[int, in
            "--warmup-s", str(args.warmup_s), "--max-tokens", str(args.max_tokens),
            "--upstream-pid", str(up_pid), "--gateway-pid", str(gw_pid),
            "--ttft-s", str(args.ttft_s), "--interval-s", str(args.interval_s)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, check=True)
-    s = summarize(json.loads(proc.stdout))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rounds.json"
+        subprocess.run([*cmd, "--out", str(out)], cwd=REPO, env=env, check=True)
+        s = summarize(json.loads(out.read_text()))
+    print("all rounds pooled:")
     print(f"TPS direct {s['tps_direct']:.0f}, through gateway {s['tps_gateway']:.0f}: ratio {s['tps_ratio']:.3f}")
     print(
         f"TTFT p50 direct {s['ttft_p50_direct_ms']:.2f} ms, gateway {s['ttft_p50_gateway_ms']:.2f} ms: "
@@ -265,7 +275,12 @@ def run_loadgen(args: argparse.Namespace, env: dict[str, str], up: tuple[int, in
         f"added {s['added_ttft_p99_ms']:+.2f} ms"
     )
     print(
-        f"TPS ratio, median of the {args.rounds} pairs: {s['tps_ratio_median_of_pairs']:.3f}; CPU per token relayed: "
+        f"median of the {args.rounds} (direct, gateway) pairs: TPS ratio {s['tps_ratio_median_of_pairs']:.3f}, "
+        f"added TTFT p50 {s['added_ttft_p50_ms_median_of_pairs']:+.2f} ms, "
+        f"p99 {s['added_ttft_p99_ms_median_of_pairs']:+.2f} ms"
+    )
+    print(
+        "CPU per token relayed: "
         f"gateway {s['gateway_cpu_us_per_token']:.0f} us, upstream {s['upstream_cpu_us_per_token']:.0f} us"
     )
     print(f"errors {s['num_errors']}, TTFT samples per side >= {s['num_ttft_samples']}; load average {load()}")
@@ -287,6 +302,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gateway", help=argparse.SUPPRESS)
     p.add_argument("--upstream-pid", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--gateway-pid", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
