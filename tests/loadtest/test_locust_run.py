@@ -1,9 +1,10 @@
 """The real `locust -f loadtest/ --headless` against a real upstream of known timing.
 
-Truth (Behavior below): the first chunk after 50 ms, then 10 chunks of 2 tokens 50 ms
-apart (tokens arrive evenly, so a window of any phase holds its share), so a 20-token
-request takes 0.05 + 9 x 0.05 = 0.5 s, TPOT = 0.45 / 19 s, and each user streams
-20 / 0.5 tokens/s. The report's figures must be within 10% of that.
+Truth (Behavior below): the first chunk after 100 ms, then 10 chunks of 2 tokens 50 ms
+apart in all, so a 20-token request takes 0.1 + 9 x 0.05 = 0.55 s, TPOT = 0.45 / 19 s,
+and each user streams 20 / 0.55 tokens/s. The report's figures must be within 10% of
+that. TTFT is long enough that a few ms of scheduling delay on a busy machine stay
+inside the 10%, and 4 and 8 users put enough requests in each 3 s window for a p50.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
 from tests.loadtest.helpers import locust_cmd, read_report, run_locust, within, write_settings
 
-TTFT_S, INTERVAL_S, TOKENS_PER_CHUNK, OUTPUT_TOKENS = 0.05, 0.05, 2, 20
+TTFT_S, INTERVAL_S, TOKENS_PER_CHUNK, OUTPUT_TOKENS = 0.1, 0.05, 2, 20
 E2E_S = TTFT_S + (OUTPUT_TOKENS // TOKENS_PER_CHUNK - 1) * INTERVAL_S
 TPOT_S = (E2E_S - TTFT_S) / (OUTPUT_TOKENS - 1)
 SECRET = "sk-zerogap-loadtest-secret-4711"
@@ -61,7 +62,7 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
     with UpstreamServer(known_timing(SECRET)) as up, SignalServer(0.75, 0.012, 50.0) as signals:
         settings = write_settings(
             tmp_path / "settings.json", up.url, tmp_path / "runs", "known",
-            api={"api_key_env": "ZEROGAP_TEST_KEY"},
+            api={"api_key_env": "ZEROGAP_TEST_KEY"}, load_test={"steps": [4, 8]},
             metrics={"backend_metrics_urls": [f"{up.url}/metrics", f"{signals.url}/metrics"],
                      "exporter_port": exporter_port},
         )  # fmt: skip
@@ -82,12 +83,12 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "known"
     report = read_report(run_dir)
     first, second = report["steps"]
-    check_against_truth(first, 2)
-    check_against_truth(second, 4)
+    check_against_truth(first, 4)
+    check_against_truth(second, 8)
     assert first["input_tokens_mean"] == 20  # /tokenize calibrated, the nonce included
     assert first["gpu_util"] == {"mean": 75.0, "min": 75.0} and first["token_interval_ms"] == 12.0
     assert first["backend"]["kv_cache_usage_mean"] == 0.25
-    assert "zerogap step 1/2 2 users" in out and "out tok/s" in out and "report.html" in out
+    assert "zerogap step 1/2 4 users" in out and "out tok/s" in out and "report.html" in out
     for path in run_dir.iterdir():
         assert SECRET not in path.read_bytes().decode("latin-1"), path
     with open(tmp_path / "locust_stats.csv", newline="") as handle:
@@ -96,7 +97,7 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
     totals = report["totals"]
     # Locust rewrites its CSV once a second and not at the very end: it may miss the last second
     lag = totals["requests_ok"] + totals["requests_failed"] - int(rows["POST"]["Request Count"])
-    assert 0 <= lag <= 4 * 2, lag
+    assert 0 <= lag <= 20, lag  # 8 users finish about 15 requests a second
 
 
 @pytest.mark.slow
