@@ -95,24 +95,32 @@ class RealtimeEngine:
         self._deliver(events, t)
 
     def _deliver(self, events: list[TokenEvent], t: float) -> None:
+        """Hand each token to its request (usually: write it to the socket). Inter-token
+        latencies are grouped by the previous token's time: in a steady batch they are
+        all the same, so the histogram is updated once per distinct value."""
         sinks = self.sinks
         metrics = self.metrics
-        for event in events:
-            seq = event.seq
+        previous: dict[float, int] = {}
+        for seq, token, finished in events:
             sink = sinks.get(seq.seq_id)
             if sink is None:
                 continue
             if sink.first_token_s is None:
                 sink.first_token_s = t
-                metrics.on_first_token(t - seq.arrival_s, seq.num_prompt_tokens)
+                metrics.on_first_token(t - seq.arrival_s, len(seq.prompt_token_ids))
             else:
-                metrics.on_token(t - sink.last_token_s)
+                last = sink.last_token_s
+                previous[last] = previous.get(last, 0) + 1
             sink.last_token_s = t
-            if event.finished:
+            reason = None
+            if finished:
                 del sinks[seq.seq_id]
-                metrics.on_finish(t - seq.arrival_s, seq.finish_reason or "stop")
-            if not sink.push(event.token, seq.finish_reason if event.finished else None):
+                reason = seq.finish_reason or "stop"
+                metrics.on_finish(t - seq.arrival_s, reason)
+            if not sink.push(token, reason):
                 self.abort(seq)
+        for last, count in previous.items():
+            metrics.itl.observe(t - last, count)
         metrics.generation_tokens += len(events)
 
 
