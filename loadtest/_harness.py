@@ -29,7 +29,7 @@ from loadtest._limits import raise_open_files
 from loadtest._locust_stats import fire_locust_events
 from loadtest._plan import Plan
 from loadtest._prompt import calibrate, request_body, tokenize_counter, tokenize_urls
-from loadtest._record import Recorder, RequestRecord
+from loadtest._record import Recorder, RequestRecord, TokensPerChunk
 from loadtest._report import new_run_dir, write_run
 from loadtest._settings import Settings, SettingsError, load_settings, settings_path
 from loadtest._summary import summarize_run, summarize_step
@@ -70,8 +70,7 @@ class Harness:
         self.finals: set[str] = set()
         self.workers_seen: set[str] = set()
         self.started = False
-        self.usage_tokens = 0
-        self.usage_chunks = 0
+        self.chunk_ratio = TokensPerChunk()
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
 
     # ----- roles -----
@@ -190,14 +189,7 @@ class Harness:
         self.keep(record, walls)
 
     def keep(self, record: RequestRecord, walls: list[float]) -> None:
-        if record.ok and record.token_source == "usage" and walls:
-            self.usage_tokens += record.output_tokens
-            self.usage_chunks += len(walls)
-        elif not record.ok and walls and self.usage_chunks:
-            # cut off before its usage came (test stopped, broken stream): its chunks at this
-            # server's tokens per chunk, so the window's TPS is not undercounted
-            record.output_tokens = round(len(walls) * self.usage_tokens / self.usage_chunks)
-            record.token_source = "estimated"
+        self.chunk_ratio.apply(record, walls)
         self.recorder.add(record, walls)
         if self.exporter is not None:
             self.exporter.observe(record)

@@ -57,6 +57,24 @@ class RequestRecord:
         return cls(start, end, bool(ok), kind, ttft, e2e, int(out), int(prompt), source, lag, Histogram.from_wire(itl))
 
 
+@dataclass
+class TokensPerChunk:
+    """This server's tokens per content chunk, learnt from requests that got their usage.
+    A request cut off before its usage (test stopped, broken stream) counts its chunks at
+    that rate, so the TPS of a window that ends mid-stream is not undercounted."""
+
+    usage_tokens: int = 0
+    usage_chunks: int = 0
+
+    def apply(self, record: RequestRecord, content_walls: list[float]) -> None:
+        if record.ok and record.token_source == "usage" and content_walls:
+            self.usage_tokens += record.output_tokens
+            self.usage_chunks += len(content_walls)
+        elif not record.ok and content_walls and self.usage_chunks:
+            record.output_tokens = round(len(content_walls) * self.usage_tokens / self.usage_chunks)
+            record.token_source = "estimated"
+
+
 def _add(buckets: dict[int, float], key: int, amount: float) -> None:
     buckets[key] = buckets.get(key, 0.0) + amount
 
