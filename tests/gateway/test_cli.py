@@ -46,6 +46,12 @@ def request(url: str, key: str, body: dict | None = None) -> tuple[int, bytes]:
         ('[server]\napi_key = "${NOT_SET_ANYWHERE_42}"\n', "NOT_SET_ANYWHERE_42"),
         ("[server\n", "not valid TOML"),
         ('[gateway]\nredis_url = "http://127.0.0.1:6379"\n', "[gateway].redis_url"),
+        ('[gateway]\nkey_store = "/proc/no-such-dir/keys.db"\n', "[gateway].key_store"),
+        (
+            '[[backends]]\nname = "a"\nurl = "http://x:1"\nmodel = "m"\n[[backends]]\nname = "a"\n'
+            'url = "http://x:2"\nmodel = "m"\n',
+            "share a name",
+        ),
     ],
 )
 def test_bad_config_exits_with_a_clear_message(tmp_path, clean_env, text, words) -> None:
