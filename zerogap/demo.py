@@ -158,7 +158,7 @@ def _headline(pools: list[Pool], reports: list[dict[str, object]]) -> str:
         interval = top.get("token_interval_ms")
         interval_text = f", token interval {interval:.1f} ms" if isinstance(interval, int | float) else ""
         lines.append(
-            f"  {pool.name:>9} at {top.get('concurrency')} streams: {top['output_tps']:,.0f} output tok/s, "
+            f"  {pool.name:>9} at {top.get('concurrency', 0):g} streams: {top['output_tps']:,.0f} output tok/s, "
             f"{gpu_text}{interval_text}"
         )
     if len(tops) == 2 and tops[0]["output_tps"]:

@@ -29,25 +29,12 @@ class Pool:
     blurb: str
     port: int = 0
 
-    def sim_argv(self, time_scale: float) -> list[str]:
+    def sim_argv(self, time_scale: float, config: Path) -> list[str]:
+        """The demo's own config (never a config.toml that happens to be in the working folder)."""
         reuse = "--slot-reuse" if self.slot_reuse else "--no-slot-reuse"
-        return [
-            sys.executable,
-            "-m",
-            "zerogap",
-            "sim",
-            "--host",
-            HOST,
-            "--port",
-            str(self.port),
-            "--model",
-            self.name,
-            "--scheduling",
-            self.scheduling,
-            reuse,
-            "--time-scale",
-            f"{time_scale:g}",
-        ]
+        argv = [sys.executable, "-m", "zerogap", "sim", "--config", str(config), "--host", HOST]
+        argv += ["--port", str(self.port), "--model", self.name, "--scheduling", self.scheduling, reuse]
+        return [*argv, "--time-scale", f"{time_scale:g}"]
 
 
 POOLS = (
@@ -140,7 +127,7 @@ class Stack:
         logs.mkdir(parents=True, exist_ok=True)
         config = self.out_dir / "config.toml"
         config.write_text(gateway_config(self.pools, self.gateway_port, self.key, self.out_dir), encoding="utf-8")
-        specs = [self._spec(f"sim-{p.name}", p.sim_argv(self.time_scale), p.port) for p in self.pools]
+        specs = [self._spec(f"sim-{p.name}", p.sim_argv(self.time_scale, config), p.port) for p in self.pools]
         gateway = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
         specs.append(self._spec("gateway", gateway, self.gateway_port))
         out = (logs / "supervisor.log").open("a", encoding="utf-8")
