@@ -37,9 +37,8 @@ def sim_pool(
         """The sim's own message (it says what to do), if it printed one."""
         return next((line for line in reversed(child.tail) if line.startswith("zerogap sim:")), "")
 
-    def on_ready(children: list[Child]) -> None:
-        stream.write(pool_summary(config, children) + "\n")
-        stream.flush()
+    def on_ready(children: list[Child]) -> str:
+        return pool_summary(config, children)
 
     stream.write(f"zerogap backends: starting {config.engine.replicas} simulated engine(s)\n")
     return sim_specs(config, config_path, log_dir), Hooks(diagnose=diagnose, on_ready=on_ready)

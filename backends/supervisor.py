@@ -11,8 +11,6 @@ restarted; the gateway's health checks take it out of rotation meanwhile.
 from __future__ import annotations
 
 import collections
-import ctypes
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +23,7 @@ from types import FrameType
 from typing import IO
 
 from backends.health import health_ok, port_is_free
+from backends.process_group import group_alive, new_group_preexec, signal_group
 
 TAIL_LINES = 200
 BACKOFF_START_S = 1.0
@@ -69,7 +68,7 @@ class Hooks:
 
     on_line: Callable[[Child, str], None] = lambda child, line: None
     diagnose: Callable[[Child, int | None], str] = lambda child, code: ""
-    on_ready: Callable[[list[Child]], None] = lambda children: None
+    on_ready: Callable[[list[Child]], str] = lambda children: ""  # text to print once all are up
     on_start: Callable[[Child], None] = lambda child: None
 
 
@@ -82,42 +81,6 @@ class Timing:
 
 class StartupFailure(Exception):
     """A replica that cannot come up; str() says what to do."""
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-        return prctl
-    except (OSError, AttributeError):
-        return None
-
-
-# Looked up here, not in the forked child: no dlopen between fork and exec.
-_PRCTL = _load_prctl() if sys.platform == "linux" else None
-PR_SET_PDEATHSIG = 1
-
-
-def _set_parent_death_signal() -> None:
-    """Linux: the child gets SIGTERM if this supervisor dies without cleaning up."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class Supervisor:
@@ -166,7 +129,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped as a whole
-            preexec_fn=_set_parent_death_signal if _PRCTL is not None else None,
+            preexec_fn=new_group_preexec(),
         )
         child.proc = proc
         child.state = "starting"
@@ -260,7 +223,10 @@ class Supervisor:
             self._check(child, now)
         if not self._announced_ready and all(c.state == "up" for c in self.children):
             self._announced_ready = True
-            self.hooks.on_ready(self.children)
+            text = self.hooks.on_ready(self.children)
+            with self._lock:  # not interleaved with the replicas' own lines
+                self.out.write(text + "\n")
+                self.out.flush()
 
     def run(self) -> int:
         """Until Ctrl-C / SIGTERM (0) or a start-up failure (1). Always stops every child."""

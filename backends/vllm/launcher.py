@@ -63,10 +63,9 @@ class VllmHooks:
         title = f"{child.spec.name} at {child.spec.url}: vLLM {version}, {engine} engine, {device}"
         return render(title, build_rows(asked(self.config), report), report)
 
-    def on_ready(self, children: list[Child]) -> None:
+    def on_ready(self, children: list[Child]) -> str:
         tables = "\n\n".join(self.table(child) for child in children)
-        self.out.write(f"\n{tables}\n\n{pool_summary(self.config, children)}\n")
-        self.out.flush()
+        return f"\n{tables}\n\n{pool_summary(self.config, children)}"
 
     def hooks(self) -> Hooks:
         return Hooks(on_line=self.on_line, diagnose=self.diagnose, on_ready=self.on_ready, on_start=self.on_start)

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from backends.supervisor import ChildSpec, Hooks, StartupFailure, Supervisor, Timing, group_alive
+from backends.process_group import group_alive
+from backends.supervisor import ChildSpec, Hooks, StartupFailure, Supervisor, Timing
 from tests.conftest import free_port, wait_for_port
 
 SERVER = """

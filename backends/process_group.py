@@ -1,0 +1,54 @@
+"""Process groups: each replica leads its own, so stopping it stops vLLM's engine core
+and workers too; and each gets SIGTERM from the kernel if the supervisor dies."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up here, not in the forked child: no dlopen between fork and exec.
+_PRCTL = _load_prctl()
+
+
+def _set_parent_death_signal() -> None:
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+def new_group_preexec() -> Callable[[], None] | None:
+    """preexec_fn for Popen(start_new_session=True): the parent-death signal, where Linux has it.
+    It applies to the direct child: vLLM, on SIGTERM, stops its own engine core."""
+    return _set_parent_death_signal if _PRCTL is not None else None
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
