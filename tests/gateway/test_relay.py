@@ -126,7 +126,7 @@ async def test_keepalive_comments_while_first_token_is_slow(tmp_path) -> None:
             status, _, raw = await post(gs.url + "/v1/chat/completions", chat_body(), auth())
     text = raw.decode()
     assert status == 200 and text.startswith(": keep-alive\n\n")
-    assert 2 <= text.count(": keep-alive\n\n") <= 4
+    assert 2 <= text.count(": keep-alive\n\n") <= 8  # every 0.2 s for 0.7 s; more if the machine is slow
     assert events(raw)[-1] == "[DONE]"
 
 
