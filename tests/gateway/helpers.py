@@ -15,6 +15,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.state import Gateway
+from gateway.upstream import UpstreamClient
 from tests.conftest import free_port
 from zerogap.config import Config, parse_config
 
@@ -47,9 +48,9 @@ def make_config(
 class GatewayServer:
     """uvicorn serving create_app(config) on its own thread and event loop."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, client: UpstreamClient | None = None) -> None:
         self.config = config
-        self.app = create_app(config)
+        self.app = create_app(config, client)
         self.server = uvicorn.Server(
             uvicorn.Config(
                 self.app,

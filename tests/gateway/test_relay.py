@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
+from gateway.upstream import AiohttpUpstream, UpstreamResponse
 from tests.conftest import free_port, stop_process, wait_for_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import (
@@ -183,3 +184,24 @@ async def test_backend_process_killed_mid_stream(tmp_path, upstream_process) -> 
         assert await wait_until(lambda: not gs.gw.router.backends[0].healthy, 3)
     evs = events(first + rest)
     assert evs[-1] == "[DONE]" and json.loads(evs[-2])["error"]["code"] == 502
+
+
+class RecordingClient(AiohttpUpstream):
+    """The real client, recording each upstream URL: shows that create_app(config, client=...) swaps it."""
+
+    def __init__(self) -> None:
+        super().__init__(connect_timeout_s=2.0)
+        self.urls: list[str] = []
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
+        self.urls.append(url)
+        return await super().post(url, body, headers)
+
+
+async def test_upstream_client_is_swappable(tmp_path) -> None:
+    client = RecordingClient()
+    with UpstreamServer(model="m") as up:
+        config = make_config(tmp_path, [("b0", up.url, "m")])
+        with GatewayServer(config, client=client) as gs:
+            assert (await post(gs.url + "/api/v1/completions", {"model": "m", "prompt": "x"}, auth()))[0] == 200
+    assert client.urls == [up.url + "/v1/completions"]
