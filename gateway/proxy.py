@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from gateway.asgi import ClientGone, Receive, Scope, Send, header, read_body, send_error
@@ -43,6 +44,7 @@ class Completions:
         self.path = "/v1/chat/completions" if chat else "/v1/completions"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        arrived_s = time.monotonic()  # TTFT and duration count from here, admission included
         gw: Gateway = scope["app"].state.gateway
         labels = {"model": "none", "key": "none"}  # what is known when a request is refused
         try:
@@ -54,6 +56,7 @@ class Completions:
             return
         except ClientGone:
             return
+        out.t0_s = arrived_s
         await serve(gw, out, pool, receive, send)
 
     async def _admit(
