@@ -10,6 +10,7 @@ out, Ctrl-C included.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -60,6 +62,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+_deferred: list[int] = []
+
+
+def _defer(signum: int, frame: object) -> None:
+    _deferred.append(signum)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C / SIGTERM while a child starts; `_raise_if_deferred` delivers them."""
+    previous = {sig: signal.signal(sig, _defer) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_if_deferred() -> None:
+    if _deferred:
+        _deferred.clear()
+        raise KeyboardInterrupt
+
+
 def _relay_progress(proc: subprocess.Popen[str], log_path: Path) -> None:
     """The harness's output into its log; its one-line-per-step progress onto the console."""
     assert proc.stdout is not None
@@ -79,12 +109,14 @@ def run_harness(pool: Pool, args: argparse.Namespace, stack: Stack, out_dir: Pat
     env = {**os.environ, KEY_ENV: stack.key}
     print(f"\n== {pool.name}: {pool.blurb} (steps {args.steps}, {args.step_seconds:g} s each) ==", flush=True)
     log_path = out_dir / "logs" / f"locust-{pool.name}.log"
-    proc = subprocess.Popen(
-        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    relay = threading.Thread(target=_relay_progress, args=(proc, log_path), daemon=True)
-    relay.start()
+    with _interrupts_deferred():  # a Ctrl-C now lands after `proc` exists, so it is never left running
+        proc = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        relay = threading.Thread(target=_relay_progress, args=(proc, log_path), daemon=True)
+        relay.start()
     try:
+        _raise_if_deferred()
         while proc.poll() is None:  # the main thread stays free to take Ctrl-C / SIGTERM
             time.sleep(0.2)
     finally:
@@ -97,10 +129,6 @@ def run_harness(pool: Pool, args: argparse.Namespace, stack: Stack, out_dir: Pat
     if proc.returncode not in (0, 1) or not (run_dir / "report.json").exists():
         raise RuntimeError(f"the load test against {pool.name} failed (exit {proc.returncode}); see {log_path}")
     return run_dir
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str]) -> int:
