@@ -105,7 +105,7 @@ def routes(prefix: str) -> list[BaseRoute]:
 
 def create_app(config: Config, client: UpstreamClient | None = None) -> ErrorShield:
     """The gateway app (its `.state.gateway` is the Gateway while it runs).
-    `client` replaces the aiohttp upstream client (tests)."""
+    `client` replaces the upstream HTTP client (tests)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING
 from gateway.asgi import ClientGone, Receive, Scope, Send, header, read_body, send_error
 from gateway.errors import ApiError
 from gateway.limits import estimate_tokens
-from gateway.relay import Outcome, Start
+from gateway.relay import SSE_HEADERS, Outcome, Start
 from gateway.request import parse_call
 
 if TYPE_CHECKING:
@@ -97,37 +96,85 @@ class Completions:
         return Outcome(who, call, estimate), pool
 
 
+KEEPALIVE = b": keep-alive\n\n"
+
+
+class ClientSide:
+    """The client's side of one relayed request, next to the relay: it notices a client that goes
+    away (and stops the relay, which closes the upstream request), and while a streamed request
+    waits for its answer it sends an SSE comment every keepalive_interval_s."""
+
+    __slots__ = ("finished", "gone", "interval_s", "out", "send")
+
+    def __init__(self, out: Outcome, send: Send, interval_s: float) -> None:
+        self.out = out
+        self.send = send
+        self.interval_s = interval_s
+        self.finished = False  # the relay has sent its last message: nothing to stop any more
+        self.gone = False  # the client went away and the relay was stopped for it
+
+    async def watch(self, receive: Receive, relay_task: asyncio.Task[None]) -> None:
+        out = self.out
+        keepalive_s = out.t0_s + self.interval_s
+        while True:
+            if out.call.stream and not out.replied:
+                delay_s = keepalive_s - time.monotonic()
+                if delay_s <= 0:
+                    keepalive_s = time.monotonic() + self.interval_s
+                    await self._keepalive()
+                    continue
+                try:
+                    async with asyncio.timeout(delay_s):
+                        message = await receive()
+                except TimeoutError:
+                    continue
+            else:
+                message = await receive()
+            if message["type"] == "http.disconnect":
+                if not self.finished:
+                    self.gone = True
+                    relay_task.cancel()
+                return
+
+    async def _keepalive(self) -> None:
+        out = self.out
+        if not out.started:
+            out.started = True
+            await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await self.send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+
+
 async def serve(gw: Gateway, out: Outcome, pool: ModelPool, receive: Receive, send: Send) -> None:
-    """Relay to the client; if the client goes away first, stop the relay (closing the upstream)."""
-    drive = asyncio.ensure_future(_drive(gw.relay.run(out, pool), send))
-    watch = asyncio.ensure_future(_wait_disconnect(receive))
+    """Relay to the client in this task; if the client goes away first, the relay is cancelled
+    (which closes the upstream request)."""
+    task = asyncio.current_task()
+    assert task is not None
+    client = ClientSide(out, send, gw.config.gateway.keepalive_interval_s)
+    watch = asyncio.ensure_future(client.watch(receive, task))
     try:
-        await asyncio.wait((drive, watch), return_when=asyncio.FIRST_COMPLETED)
+        await _drive(gw.relay.run(out, pool), send, client)
+    except asyncio.CancelledError:
+        if not client.gone or task.uncancel() > 0:
+            raise
     finally:
+        client.finished = True
         watch.cancel()
-        if not drive.done():
-            drive.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await drive
 
 
-async def _drive(items: AsyncGenerator[Start | bytes, None], send: Send) -> None:
+async def _drive(items: AsyncGenerator[Start | bytes, None], send: Send, client: ClientSide) -> None:
     done = False
     try:
         async for item in items:
-            if isinstance(item, Start):
-                await send({"type": "http.response.start", "status": item.status, "headers": item.headers})
-                if item.body is not None:  # the whole answer; the generator ends after it
-                    await send({"type": "http.response.body", "body": item.body, "more_body": False})
-                    done = True
-            else:
+            if isinstance(item, bytes):
                 await send({"type": "http.response.body", "body": item, "more_body": True})
+                continue
+            await send({"type": "http.response.start", "status": item.status, "headers": item.headers})
+            if item.body is not None:  # the whole answer; the generator ends after it
+                client.finished = True
+                await send({"type": "http.response.body", "body": item.body, "more_body": False})
+                done = True
+        client.finished = True
         if not done:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
         await items.aclose()
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

@@ -29,7 +29,6 @@ from zerogap.config.gateway import GatewaySection
 
 log = logging.getLogger("zerogap.gateway.relay")
 
-KEEPALIVE = b": keep-alive\n\n"
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -69,7 +68,7 @@ class Outcome:
     first_s: float | None = None
     last_s: float | None = None
     usage: dict[str, int] | None = None
-    next_keepalive_s: float = 0.0
+    replied: bool = False  # the relay has its answer (no more keep-alives while waiting for it)
 
 
 def _json_start(status: int, body: bytes) -> Start:
@@ -92,7 +91,6 @@ class Relay:
         self.usage = usage
 
     async def run(self, out: Outcome, pool: ModelPool) -> AsyncGenerator[Start | bytes, None]:
-        out.next_keepalive_s = out.t0_s + self.settings.keepalive_interval_s
         tried: list[Backend] = []
         failure = Retry(503, "no_backend", f"No healthy backend serves model {out.call.model!r} right now.")
         try:
@@ -106,16 +104,22 @@ class Relay:
                 out.backend = backend.name
                 backend.num_inflight += 1
                 try:
-                    async for item in self._attempt(out, backend):
-                        yield item
+                    try:
+                        resp, first = await self._open(out, backend)
+                        answer = self._answer(out, backend, resp, first)
+                    except Retry as exc:
+                        failure = exc
+                        self._upstream_error(out, backend, exc)
+                        continue
+                    if answer is not None:
+                        yield answer
+                    else:
+                        async for item in self._stream(out, resp, first):
+                            yield item
                     return
-                except Retry as exc:
-                    failure = exc
-                    self._upstream_error(out, backend, exc)
                 finally:
                     backend.num_inflight -= 1
-            async for item in self._fail(out, failure):
-                yield item
+            yield self._fail(out, failure)
         except (asyncio.CancelledError, GeneratorExit):
             out.status = 499
             raise
@@ -128,103 +132,69 @@ class Relay:
         if exc.label == "connect":
             backend.healthy = False  # until the next health check says otherwise
 
-    async def _fail(self, out: Outcome, failure: Retry) -> AsyncIterator[Start | bytes]:
+    def _fail(self, out: Outcome, failure: Retry) -> Start | bytes:
         out.status = failure.status
+        out.replied = True
         if out.started:
-            yield sse_error(failure.message, code=failure.status)
-        else:
-            yield _json_start(
-                failure.status, json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
-            )
+            return sse_error(failure.message, code=failure.status)
+        return _json_start(
+            failure.status, json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
+        )
 
     async def _open(self, out: Outcome, backend: Backend) -> tuple[UpstreamResponse, bytes]:
+        """The backend's answer and its first bytes (the whole body when it is not a stream),
+        within [gateway].first_byte_timeout_s. Keep-alives meanwhile are the client side's
+        business (proxy.serve), so this waits in line, without a task of its own."""
         headers = {"Content-Type": "application/json"}
         if backend.api_key:
             headers["Authorization"] = f"Bearer {backend.api_key}"
-        resp = await self.client.post(backend.url + out.call.path, out.call.body_for(backend), headers)
+        timeout_s = self.settings.first_byte_timeout_s
         try:
-            if resp.status != 200 or not out.call.stream:
-                return resp, await resp.read_all()
-            return resp, await resp.read_chunk()
-        except BaseException:
-            resp.close()
-            raise
-
-    async def _first(
-        self, out: Outcome, backend: Backend
-    ) -> AsyncIterator[Start | bytes | tuple[UpstreamResponse, bytes]]:
-        """Wait for the backend's first bytes, sending keep-alives to a streaming client meanwhile."""
-        opening = asyncio.ensure_future(self._open(out, backend))
-        deadline_s = time.monotonic() + self.settings.first_byte_timeout_s
-        try:
-            while True:
-                now = time.monotonic()
-                wake_s = min(deadline_s, out.next_keepalive_s) if out.call.stream else deadline_s
-                done, _ = await asyncio.wait((opening,), timeout=max(0.0, wake_s - now))
-                if done:
-                    break
-                now = time.monotonic()
-                if now >= deadline_s:
-                    raise Retry(
-                        504,
-                        "first_byte_timeout",
-                        f"Backend {backend.name} sent nothing within "
-                        f"{self.settings.first_byte_timeout_s} s ([gateway].first_byte_timeout_s).",
-                    )
-                if not out.started:
-                    out.started = True
-                    yield Start(200, SSE_HEADERS)
-                out.next_keepalive_s = now + self.settings.keepalive_interval_s
-                yield KEEPALIVE
-        finally:
-            if not opening.done():
-                opening.cancel()
-        try:
-            yield opening.result()
+            async with asyncio.timeout(timeout_s):
+                resp = await self.client.post(backend.url + out.call.path, out.call.body_for(backend), headers)
+                try:
+                    if resp.status != 200 or not out.call.stream:
+                        return resp, await resp.read_all()
+                    return resp, await resp.read_chunk()
+                except BaseException:
+                    resp.close()
+                    raise
+        except TimeoutError:
+            raise Retry(
+                504,
+                "first_byte_timeout",
+                f"Backend {backend.name} sent nothing within {timeout_s} s ([gateway].first_byte_timeout_s).",
+            ) from None
         except UpstreamError as exc:
             raise Retry(502, exc.reason, f"Backend {backend.name} failed: {exc.detail}") from None
 
-    async def _attempt(self, out: Outcome, backend: Backend) -> AsyncIterator[Start | bytes]:
-        opened: tuple[UpstreamResponse, bytes] | None = None
-        async for item in self._first(out, backend):
-            if isinstance(item, tuple):
-                opened = item
-            else:
-                yield item
-        assert opened is not None
-        resp, first = opened
-        clean = False
-        try:
-            if resp.status in RETRY_STATUSES:
-                raise Retry(502, str(resp.status), f"Backend {backend.name} answered {resp.status}: {first[:300]!r}")
-            if resp.status != 200:
-                clean = True
-                async for item in self._refused(out, resp.status, first):
-                    yield item
-                return
-            if not out.call.stream:
-                clean = True
-                yield self._whole(out, first)
-                return
+    def _answer(self, out: Outcome, backend: Backend, resp: UpstreamResponse, first: bytes) -> Start | bytes | None:
+        """What to send for an answer that is not a stream to relay (None: relay the stream)."""
+        status = resp.status
+        if status == 200 and out.call.stream:
             if not first:
+                resp.close()
                 raise Retry(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
-            async for item in self._stream(out, resp, first):
-                yield item
-            clean = out.status == 200
-        finally:
-            resp.release() if clean else resp.close()
+            return None
+        if status in RETRY_STATUSES:
+            resp.close()
+            raise Retry(502, str(status), f"Backend {backend.name} answered {status}: {first[:300]!r}")
+        resp.release()
+        out.replied = True
+        if status != 200:
+            return self._refused(out, status, first)
+        return self._whole(out, first)
 
-    async def _refused(self, out: Outcome, status: int, body: bytes) -> AsyncIterator[Start | bytes]:
+    def _refused(self, out: Outcome, status: int, body: bytes) -> Start | bytes:
         """A 4xx from the backend: passed on as it is (inside the stream if one was started)."""
         out.status = status
         if not out.started:
-            yield _json_start(status, body)
-            return
+            return _json_start(status, body)
         try:
             message = json.loads(body)["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = body[:300].decode(errors="replace")
-        yield sse_error(str(message), "invalid_request_error", status)
+        return sse_error(str(message), "invalid_request_error", status)
 
     def _whole(self, out: Outcome, body: bytes) -> Start:
         out.status = 200
@@ -239,22 +209,27 @@ class Relay:
     async def _stream(self, out: Outcome, resp: UpstreamResponse, first: bytes) -> AsyncIterator[Start | bytes]:
         out.first_s = time.monotonic()
         out.status = 200
-        if not out.started:
-            out.started = True
-            yield Start(200, SSE_HEADERS)
+        out.replied = True
+        clean = False
         filt = SseFilter(strip_usage=not out.call.client_wants_usage)
-        data = filt.feed(first)
-        if data:
-            yield data
         idle_s = self.settings.idle_timeout_s
         watch = IdleWatch(idle_s, resp.close)
         try:
+            if not out.started:
+                out.started = True
+                yield Start(200, SSE_HEADERS)
+            data = filt.feed(first)
+            if data:
+                yield data
+            read = resp.read_chunk
+            monotonic = time.monotonic
+            feed = filt.feed
             while True:
-                chunk = await resp.read_chunk()
+                chunk = await read()
                 if not chunk or watch.fired:
                     break
-                out.last_s = watch.last_s = time.monotonic()
-                data = filt.feed(chunk)
+                out.last_s = watch.last_s = monotonic()
+                data = feed(chunk)
                 if data:
                     yield data
             if watch.fired:
@@ -262,6 +237,7 @@ class Relay:
             rest = filt.rest()
             if rest:
                 yield rest
+            clean = True
         except UpstreamError as exc:
             if watch.fired:
                 out.status = 504
@@ -273,6 +249,7 @@ class Relay:
         finally:
             watch.cancel()
             out.usage = filt.usage
+            resp.release() if clean else resp.close()
 
     def _account(self, out: Outcome) -> None:
         call, m = out.call, self.metrics

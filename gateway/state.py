@@ -14,7 +14,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pool import Router
 from gateway.relay import Relay
 from gateway.shared_limits import SharedLimiter
-from gateway.upstream import AiohttpUpstream, UpstreamClient
+from gateway.upstream import HttpUpstream, UpstreamClient
 from gateway.usage import UsageRecorder
 from zerogap.config import Config
 
@@ -28,7 +28,7 @@ class Gateway:
         self.store = KeyStore(config.resolve_path(g.key_store))
         self.auth = Authenticator(config.server.api_key, self.store)
         self.router = Router(config.pool(), g.routing)
-        self.client: UpstreamClient = client or AiohttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
+        self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
         self.metrics = GatewayMetrics()
         self.limiter: Limiter = SharedLimiter(g.redis_url) if g.redis_url else RateLimiter()
         self.usage = UsageRecorder(self.store)

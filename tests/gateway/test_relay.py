@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from gateway.upstream import AiohttpUpstream, UpstreamResponse
+from gateway.upstream import HttpUpstream, UpstreamResponse
 from tests.conftest import free_port, stop_process, wait_for_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import (
@@ -186,7 +186,7 @@ async def test_backend_process_killed_mid_stream(tmp_path, upstream_process) -> 
     assert evs[-1] == "[DONE]" and json.loads(evs[-2])["error"]["code"] == 502
 
 
-class RecordingClient(AiohttpUpstream):
+class RecordingClient(HttpUpstream):
     """The real client, recording each upstream URL: shows that create_app(config, client=...) swaps it."""
 
     def __init__(self) -> None:
