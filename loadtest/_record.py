@@ -61,18 +61,25 @@ class RequestRecord:
 class TokensPerChunk:
     """This server's tokens per content chunk, learnt from requests that got their usage.
     A request cut off before its usage (test stopped, broken stream) counts its chunks at
-    that rate, so the TPS of a window that ends mid-stream is not undercounted."""
+    that rate, and its prompt at the mean prompt seen, so neither the output nor the total
+    TPS of a window that ends mid-stream is undercounted."""
 
     usage_tokens: int = 0
     usage_chunks: int = 0
+    usage_prompt_tokens: int = 0
+    num_usage_requests: int = 0
 
     def apply(self, record: RequestRecord, content_walls: list[float]) -> None:
         if record.ok and record.token_source == "usage" and content_walls:
             self.usage_tokens += record.output_tokens
             self.usage_chunks += len(content_walls)
+            self.usage_prompt_tokens += record.prompt_tokens
+            self.num_usage_requests += 1
         elif not record.ok and content_walls and self.usage_chunks:
             record.output_tokens = round(len(content_walls) * self.usage_tokens / self.usage_chunks)
             record.token_source = "estimated"
+            if not record.prompt_tokens:  # its prompt was processed (tokens came): count it at the mean
+                record.prompt_tokens = round(self.usage_prompt_tokens / self.num_usage_requests)
 
 
 def _add(buckets: dict[int, float], key: int, amount: float) -> None:
