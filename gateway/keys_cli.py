@@ -35,9 +35,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create.add_argument("--rpm", type=positive, help="requests per minute (default: no limit)")
     create.add_argument("--tpm", type=positive, help="prompt + completion tokens per minute (default: no limit)")
     create.add_argument("--expires-in", type=positive_float, metavar="DAYS", help="expire after DAYS days")
-    sub.add_parser("list", help="list keys (never their secrets) and their usage")
+    listing = sub.add_parser("list", help="list keys (never their secrets) and their usage")
     revoke = sub.add_parser("revoke", help="revoke a key by name (effective within a second)")
     revoke.add_argument("name")
+    for command in (create, listing, revoke):  # --config also after the command: `keys list --config F`
+        command.add_argument("--config", default=argparse.SUPPRESS, help="config file (default config.toml)")
     return parser.parse_args(argv)
 
 

@@ -139,3 +139,13 @@ def test_keys_cli_create_list_revoke(tmp_path, clean_env) -> None:
     assert bad.returncode == 2 and b"positive" in bad.stderr
     reserved = keys("create", "--name", "unified")
     assert reserved.returncode != 0 and b"reserved" in reserved.stderr
+
+
+def test_keys_cli_takes_config_after_the_command(tmp_path, clean_env) -> None:
+    path = write_config(tmp_path, free_port(), "http://127.0.0.1:9")
+    created = subprocess.run(zerogap_cmd("keys", "create", "--name", "frank", "--config", str(path)),
+                             capture_output=True, env=clean_env, timeout=30)  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    listed = subprocess.run(zerogap_cmd("keys", "list", "--config", str(path)), capture_output=True, env=clean_env,
+                            timeout=30)  # fmt: skip
+    assert b"frank" in listed.stdout
