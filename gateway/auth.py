@@ -19,6 +19,7 @@ from gateway.keystore import KeyRecord, KeyStore
 log = logging.getLogger("zerogap.gateway.auth")
 
 UNIFIED = "unified"
+MISS_RELOAD_S = 0.05  # an unknown key re-reads the store at most this often
 
 
 @dataclass(frozen=True)
@@ -50,17 +51,33 @@ class Authenticator:
         self._store = store
         self._by_digest: dict[str, Principal] = {}
         self._version = -1
+        self._last_miss_reload_s = 0.0
 
-    def reload(self) -> bool:
-        """Reload the keys if the store changed (blocking; run it in a thread). True if reloaded."""
-        version = self._store.version()
-        if version == self._version:
+    def reload(self, blocking: bool = True) -> bool:
+        """Reload the keys if the store changed (blocking; run it in a thread). True if reloaded.
+        blocking=False gives up at once when another thread is using the store."""
+        version = self._store.version(blocking)
+        if version is None or version == self._version:
             return False
         records = self._store.keys()
         self._by_digest = {r.digest: _principal(r) for r in records if r.revoked_at is None}
         self._version = version
         log.debug("loaded %d active virtual keys (store version %d)", len(self._by_digest), version)
         return True
+
+    def _reload_on_miss(self) -> bool:
+        """A key created a moment ago works at once: an unknown key re-reads the store's
+        change counter (a microsecond read; at most every MISS_RELOAD_S, never waiting on
+        another thread), and the keys only when they changed."""
+        now = time.monotonic()
+        if now - self._last_miss_reload_s < MISS_RELOAD_S:
+            return False
+        self._last_miss_reload_s = now
+        try:
+            return self.reload(blocking=False)
+        except Exception as exc:  # the periodic refresh will try again
+            log.warning("key store re-read for an unknown key failed: %s", exc)
+            return False
 
     async def refresh_forever(self, interval_s: float) -> None:
         while True:
@@ -84,6 +101,8 @@ class Authenticator:
         except UnicodeDecodeError:
             raise unauthorized("Invalid API key.") from None
         principal = self._by_digest.get(digest)
+        if principal is None and self._reload_on_miss():
+            principal = self._by_digest.get(digest)
         if principal is None:
             raise unauthorized("Invalid API key, or it has been revoked. Ask for a new key.")
         if principal.expires_at is not None and principal.expires_at <= time.time():

@@ -104,9 +104,14 @@ class KeyStore:
     def digest(self, key: str) -> str:
         return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()
 
-    def version(self) -> int:
-        with self._lock:
+    def version(self, blocking: bool = True) -> int | None:
+        """The store's change counter; None when blocking=False and another thread is using the store."""
+        if not self._lock.acquire(blocking):
+            return None
+        try:
             return int(self._db.execute("SELECT v FROM meta WHERE k='version'").fetchone()[0])
+        finally:
+            self._lock.release()
 
     def _bump(self) -> None:
         self._db.execute("UPDATE meta SET v = CAST(v AS INTEGER) + 1 WHERE k='version'")

@@ -42,6 +42,21 @@ async def test_virtual_key_models_and_revocation_within_a_second(tmp_path) -> No
             store.close()
 
 
+async def test_a_new_key_works_at_once(tmp_path) -> None:
+    with UpstreamServer(model="m") as up:
+        # the periodic refresh (every 30 s here) cannot be what finds the new key
+        config = make_config(tmp_path, [("b0", up.url, "m")], gateway={"key_refresh_interval_s": 30.0})
+        with GatewayServer(config) as gs:
+            store = store_of(gs)
+            url = gs.url + "/v1/chat/completions"
+            assert (await post(url, chat_body(stream=False), auth("zg-not-a-key")))[0] == 401
+            await asyncio.sleep(0.1)
+            key = store.create("quick", models=["m"])
+            status, _, _ = await post(url, chat_body(stream=False), auth(key))
+            store.close()
+    assert status == 200
+
+
 async def test_expired_key_is_refused(tmp_path) -> None:
     with UpstreamServer(model="m") as up:
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
