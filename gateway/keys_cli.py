@@ -8,21 +8,8 @@ import time
 from datetime import UTC, datetime
 
 from gateway.keystore import KeyStore, KeyStoreError
+from zerogap.argtypes import positive_float, positive_int
 from zerogap.config import ConfigError, load_config
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive number")
-    return value
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -32,8 +19,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create = sub.add_parser("create", help="create a key and print its secret once")
     create.add_argument("--name", required=True, help="a unique name (used in logs, metrics and usage)")
     create.add_argument("--models", help="comma-separated models the key may use (default: all)")
-    create.add_argument("--rpm", type=positive, help="requests per minute (default: no limit)")
-    create.add_argument("--tpm", type=positive, help="prompt + completion tokens per minute (default: no limit)")
+    create.add_argument("--rpm", type=positive_int, help="requests per minute (default: no limit)")
+    create.add_argument("--tpm", type=positive_int, help="prompt + completion tokens per minute (default: no limit)")
     create.add_argument("--expires-in", type=positive_float, metavar="DAYS", help="expire after DAYS days")
     listing = sub.add_parser("list", help="list keys (never their secrets) and their usage")
     revoke = sub.add_parser("revoke", help="revoke a key by name (effective within a second)")

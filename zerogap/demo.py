@@ -26,39 +26,26 @@ import loadtest
 from loadtest._compare import render_comparison
 from loadtest._console import table
 from loadtest._report import ReportError, read_report
+from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.demo_stack import KEY_ENV, POOLS, Pool, Stack, free_port, harness_settings
-
-
-def _steps(text: str) -> list[int]:
-    try:
-        steps = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        steps = []
-    if not steps or min(steps) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give positive concurrencies, e.g. 32,128,256")
-    return steps
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number above 0")
-    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerogap demo", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/demo-<UTC time>)")
-    parser.add_argument("--steps", type=_steps, default=[32, 128, 256], help="concurrency steps (default 32,128,256)")
-    parser.add_argument("--step-seconds", type=_positive, default=30.0, help="hold each step (default 30)")
-    parser.add_argument("--measure-seconds", type=_positive, default=20.0, help="measure its last N s (default 20)")
+    parser.add_argument(
+        "--steps", type=concurrency_list, default=[32, 128, 256], help="concurrency steps (default 32,128,256)"
+    )
+    parser.add_argument("--step-seconds", type=positive_float, default=30.0, help="hold each step (default 30)")
+    parser.add_argument(
+        "--measure-seconds", type=positive_float, default=20.0, help="measure its last N s (default 20)"
+    )
     parser.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up at the first step (default 5)")
-    parser.add_argument("--time-scale", type=_positive, default=4.0, help="sim time scale: 2 cores keep up (4)")
-    parser.add_argument("--input-tokens", type=int, default=128, help="prompt tokens per request (default 128)")
-    parser.add_argument("--output-tokens", type=int, default=64, help="output tokens per request (default 64)")
+    parser.add_argument("--time-scale", type=positive_float, default=4.0, help="sim time scale: 2 cores keep up (4)")
+    parser.add_argument(
+        "--input-tokens", type=positive_int, default=128, help="prompt tokens per request (default 128)"
+    )
+    parser.add_argument("--output-tokens", type=positive_int, default=64, help="output tokens per request (default 64)")
     return parser
 
 

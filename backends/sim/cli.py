@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from backends.sim.settings import SimSettings, settings_from_config
+from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.config import ConfigError, load_config
 
 DEFAULT_PORT = 8100
@@ -26,42 +27,12 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         help="persistent batch: reschedule only the requests that changed")  # fmt: skip
     parser.add_argument("--detokenizer-async", action=argparse.BooleanOptionalAction, default=None,
                         help="detokenize outside the engine process (about 10%% less interval)")  # fmt: skip
-    parser.add_argument("--time-scale", type=_positive_float, help="multiply every modelled time (10 = 10x slower)")
-    parser.add_argument("--max-num-seqs", type=_positive_int)
-    parser.add_argument("--max-num-batched-tokens", type=_positive_int)
-    parser.add_argument("--max-model-len", type=_positive_int)
-    parser.add_argument("--kv-cache-blocks", type=_positive_int)
+    parser.add_argument("--time-scale", type=positive_float, help="multiply every modelled time (10 = 10x slower)")
+    parser.add_argument("--max-num-seqs", type=positive_int)
+    parser.add_argument("--max-num-batched-tokens", type=positive_int)
+    parser.add_argument("--max-model-len", type=positive_int)
+    parser.add_argument("--kv-cache-blocks", type=positive_int)
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers separated by commas, e.g. 32,128,256") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give at least one concurrency, each >= 1")
-    return values
 
 
 def resolve_settings(args: argparse.Namespace) -> SimSettings:
@@ -109,11 +80,11 @@ def plan_parser() -> argparse.ArgumentParser:
         "output TPS, TTFT, TPOT and GPU busy. Times are modelled seconds.",
     )
     _engine_flags(parser)
-    parser.add_argument("--concurrency", type=_int_list, required=True, help="steps, e.g. 32,128,256")
-    parser.add_argument("--prompt-tokens", type=_positive_int, default=512)
-    parser.add_argument("--output-tokens", type=_positive_int, default=256)
-    parser.add_argument("--step-duration-s", type=_positive_float, default=180.0, help="hold each step (default 180)")
-    parser.add_argument("--measure-last-s", type=_positive_float, default=120.0, help="measure the last N s (120)")
+    parser.add_argument("--concurrency", type=concurrency_list, required=True, help="steps, e.g. 32,128,256")
+    parser.add_argument("--prompt-tokens", type=positive_int, default=512)
+    parser.add_argument("--output-tokens", type=positive_int, default=256)
+    parser.add_argument("--step-duration-s", type=positive_float, default=180.0, help="hold each step (default 180)")
+    parser.add_argument("--measure-last-s", type=positive_float, default=120.0, help="measure the last N s (120)")
     parser.add_argument("--compare", action="store_true",
                         help="run baseline, slot reuse and async+slot reuse side by side")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
