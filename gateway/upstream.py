@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import socket
 import ssl
 import time
 from typing import Protocol, cast
@@ -95,13 +94,8 @@ class _Conn(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # TCP_NODELAY is already on: asyncio's and uvloop's TCP transports both set it.
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass, but is one
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except (OSError, AttributeError):
-                pass
 
     def data_received(self, data: bytes) -> None:
         resp = self.resp
