@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -205,3 +206,22 @@ async def test_upstream_client_is_swappable(tmp_path) -> None:
         with GatewayServer(config, client=client) as gs:
             assert (await post(gs.url + "/api/v1/completions", {"model": "m", "prompt": "x"}, auth()))[0] == 200
     assert client.urls == [up.url + "/v1/completions"]
+
+
+async def test_client_gone_during_a_whole_answer_closes_upstream_and_logs_no_error(tmp_path, caplog) -> None:
+    """The relay runs in the request's own task; a client that goes away stops it there, quietly."""
+    with UpstreamServer(Behavior(hang_before_headers=True), model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
+            async with aiohttp.ClientSession() as s:
+                url = gs.url + "/v1/chat/completions"
+                task = asyncio.ensure_future(s.post(url, json=chat_body(stream=False), headers=auth()))
+                assert await wait_until(lambda: bool(up.requests), 3)
+                task.cancel()
+            assert await wait_until(lambda: up.requests[0].disconnected, 2.0)
+            assert await wait_until(lambda: gs.gw.router.backends[0].num_inflight == 0, 2.0)
+            up.behavior.hang_before_headers = False
+            status, _, raw = await post(url, chat_body(stream=False), auth())  # the gateway serves on
+            _, text = await get(gs.url + "/metrics")
+    assert status == 200 and json.loads(raw)["choices"][0]["message"]["content"]
+    assert metric(text, "zerogap_requests_total", status="499") == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
