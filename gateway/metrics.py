@@ -72,6 +72,13 @@ class GatewayMetrics:
             "zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r
         )
 
+    def start_at_zero(self, router: Router) -> None:
+        """Each backend's retry and connect-error series exist from the start at 0, so that
+        Prometheus's rate() and increase() see their first increment too."""
+        for b in router.backends:
+            self.retries.labels(b.model, b.name)
+            self.upstream_errors.labels(b.model, b.name, "connect")
+
     def render(self, router: Router) -> bytes:
         for b in router.backends:
             self.backend_up.labels(b.name, b.model).set(1 if b.healthy else 0)

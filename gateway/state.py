@@ -30,6 +30,7 @@ class Gateway:
         self.router = Router(config.pool(), g.routing)
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
         self.metrics = GatewayMetrics()
+        self.metrics.start_at_zero(self.router)
         self.limiter: Limiter = SharedLimiter(g.redis_url) if g.redis_url else RateLimiter()
         self.usage = UsageRecorder(self.store)
         self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage)

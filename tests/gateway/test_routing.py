@@ -84,3 +84,12 @@ async def test_backend_killed_is_retried_elsewhere_and_marked_down(tmp_path) -> 
             results = [await post(gs.url + "/v1/completions", {"model": "m", "prompt": "x"}, auth()) for _ in range(4)]
             assert not gs.gw.router.backends[0].healthy
     assert [r[0] for r in results] == [200] * 4 and len(b.requests) == 4
+
+
+async def test_retry_and_connect_error_series_start_at_zero(tmp_path) -> None:
+    with UpstreamServer(model="m") as a:
+        with GatewayServer(make_config(tmp_path, [("a", a.url, "m")])) as gs:
+            _, text = await get(gs.url + "/metrics")
+    lines = text.decode().splitlines()
+    assert 'zerogap_retries_total{backend="a",model="m"} 0.0' in lines
+    assert 'zerogap_upstream_errors_total{backend="a",model="m",status="connect"} 0.0' in lines
