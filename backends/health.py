@@ -11,6 +11,14 @@ HEALTH_TIMEOUT_S = 1.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def port_is_free(host: str, port: int) -> bool:
     """True when nothing listens on host:port and this process may bind it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -33,16 +32,12 @@ from typing import Any
 
 import aiohttp
 
+from backends.health import free_port
+from backends.process_group import stop_process
+
 REPO = Path(__file__).resolve().parent.parent
 KEY = "bench-unified-key"
 TOKEN = b'":" t'  # each token is " tN" in the fixture's chunks
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
@@ -225,16 +220,6 @@ def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def orchestrate(args: argparse.Namespace) -> int:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TAOTOKEN_API_KEY": KEY}
     up_port, gw_port = free_port(), free_port()
@@ -258,8 +243,8 @@ def orchestrate(args: argparse.Namespace) -> int:
             time.sleep(1.0)
             return run_loadgen(args, env, (up_port, upstream.pid), (gw_port, gateway.pid))
         finally:
-            stop(gateway)
-            stop(upstream)
+            stop_process(gateway)
+            stop_process(upstream)
 
 
 def load() -> str:

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from backends.health import free_port
+from backends.process_group import stop_process
+
+__all__ = ["free_port", "stop_process", "wait_for_port", "zerogap_cmd"]
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for_port(port: int, timeout_s: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -38,16 +36,6 @@ def wait_for_port(port: int, timeout_s: float = 20.0, proc: subprocess.Popen[byt
 def zerogap_cmd(*args: str) -> list[str]:
     """Run the console script through this interpreter (works without PATH set up)."""
     return [sys.executable, "-m", "zerogap", *args]
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -41,13 +40,6 @@ POOLS = (
     Pool("baseline", "sync", False, "synchronous scheduling, global reschedule every step"),
     Pool("zerogap", "async", True, "slot reuse + async scheduling"),
 )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def gateway_config(pools: list[Pool], gateway_port: int, key: str, out_dir: Path) -> str:

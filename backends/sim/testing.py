@@ -10,7 +10,6 @@ a developer's ./config.toml does not leak into tests.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from backends.health import free_port
+from backends.process_group import stop_process
 
 EMPTY_CONFIG = "# empty: every setting has its default\n"
 
@@ -36,13 +38,6 @@ class SimProcess:
         return f"http://127.0.0.1:{self.port}"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -56,16 +51,6 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: 
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"zerogap sim at {url} was not healthy within {timeout_s} s")
-
-
-def stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @contextmanager
@@ -91,4 +76,4 @@ def run_sim_process(
             wait_healthy(sim.url, proc, log, timeout_s)
             yield sim
         finally:
-            stop(proc)
+            stop_process(proc)

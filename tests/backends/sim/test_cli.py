@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from backends.sim import cli
-from backends.sim.testing import free_port, run_sim_process, stop, wait_healthy
+from backends.sim.testing import free_port, run_sim_process, stop_process, wait_healthy
 
 
 def _zerogap(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
@@ -128,5 +128,5 @@ def test_sigterm_stops_the_server_cleanly(tmp_path):
         proc.terminate()
         assert proc.wait(10) == 0
     finally:
-        stop(proc)
+        stop_process(proc)
     assert "Traceback" not in log.read_text()
