@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator, model_validator
 
+from zerogap.config.loader import describe_validation_error
+
 SETTINGS_ENV = "ZEROGAP_SETTINGS"
 DEFAULT_SETTINGS = "settings.json"
 
@@ -172,16 +174,6 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
-def _describe(error: Mapping[str, Any]) -> str:
-    loc = tuple(error["loc"])
-    if error["type"] == "extra_forbidden":
-        return f"{_field(loc)}: unknown field. Remove it or check its spelling."
-    got = error.get("input")
-    shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{_field(loc)}: {message}{shown}. Fix the value."
-
-
 def parse_settings(text: str, source: str = DEFAULT_SETTINGS) -> Settings:
     try:
         raw = json.loads(text)
@@ -192,7 +184,7 @@ def parse_settings(text: str, source: str = DEFAULT_SETTINGS) -> Settings:
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:
-        problems = "\n  ".join(_describe(e) for e in exc.errors())
+        problems = "\n  ".join(describe_validation_error(e, _field(tuple(e["loc"])), "field") for e in exc.errors())
         raise SettingsError(f"{source}: {exc.error_count()} problem(s):\n  {problems}") from None
 
 

@@ -64,16 +64,18 @@ def expand_env(
     return _VAR.sub(substitute, value)
 
 
-def _describe(error: Mapping[str, Any]) -> str:
-    loc = tuple(error["loc"])
+def describe_validation_error(error: Mapping[str, Any], path: str, unknown: str = "key") -> str:
+    """One pydantic error as a line for the user: the field's path, what is wrong, what to do.
+    Shared by config.toml (paths like [server].port) and settings.json (load_test.steps)."""
     kind = error["type"]
     if kind == "extra_forbidden":
-        return f"{field_path(loc)}: unknown key. Remove it or check its spelling."
+        return f"{path}: unknown {unknown}. Remove it or check its spelling."
     if kind == "missing":
-        return f"{field_path(loc)}: required, but missing. Add it."
+        return f"{path}: required, but missing. Add it."
     got = error.get("input")
     shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-    return f"{field_path(loc)}: {error['msg']}{shown}. Fix the value."
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{path}: {message}{shown}. Fix the value."
 
 
 def parse_config(
@@ -93,7 +95,7 @@ def parse_config(
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        problems = "\n  ".join(_describe(e) for e in exc.errors())
+        problems = "\n  ".join(describe_validation_error(e, field_path(tuple(e["loc"]))) for e in exc.errors())
         raise ConfigError(f"{source}: {exc.error_count()} problem(s):\n  {problems}") from None
     config.source = source
     config.base_dir = base_dir or Path.cwd()
