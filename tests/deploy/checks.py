@@ -15,6 +15,17 @@ from tests.deploy.pictures import ink_fraction, size
 from tests.deploy.stack import Stack, prom_api
 from zerogap.render import inspect_page, render_png
 
+# The engine series the dashboards read, as vLLM and the simulated engine both export them.
+ENGINE_SERIES = [
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:inter_token_latency_seconds_bucket",
+    "vllm:e2e_request_latency_seconds_bucket",
+]
 GRAPH_WINDOW = '#pctc{"duration":120,"endTime":0}'  # prom_console.js reads the range from the hash
 GRAPH_EXPRS = re.compile(r'zgGraph\(\s*"[^"]+",\s*(\[[^\]]*\]|"[^"]*")')
 

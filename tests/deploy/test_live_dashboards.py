@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.checks import dashboard_problems, finite_values, wait_for_series
+from tests.deploy.checks import ENGINE_SERIES, dashboard_problems, finite_values, wait_for_series
 from tests.deploy.load import Load
 from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, grafana_panels, recording_rules
 from tests.deploy.stack import Stack, prom_api, start_gateway, start_locust, start_prometheus, start_sim
@@ -44,14 +44,7 @@ RAW_SERIES = [
     "zerogap_retries_total",
     "zerogap_upstream_errors_total",
     "zerogap_ratelimited_total",
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:generation_tokens_total",
-    "vllm:prompt_tokens_total",
-    "vllm:time_to_first_token_seconds_bucket",
-    "vllm:inter_token_latency_seconds_bucket",
-    "vllm:e2e_request_latency_seconds_bucket",
+    *ENGINE_SERIES,
     "zerogap_sim_gpu_busy_ratio",
     "zerogap_sim_token_interval_seconds",
     "zerogap_loadtest_users",

@@ -13,21 +13,15 @@ from pathlib import Path
 import pytest
 
 from tests.backends.vllm.pool import MODEL, Pool, post, start_pool, stop_pool
-from tests.deploy.checks import dashboard_problems, finite_values, wait_for_series
+from tests.deploy.checks import ENGINE_SERIES, dashboard_problems, finite_values, wait_for_series
 from tests.deploy.paths import grafana_panels
 from tests.deploy.stack import Stack, prom_api, start_prometheus
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
-ENGINE_SERIES = [
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:generation_tokens_total",
-    "vllm:prompt_tokens_total",
-    "vllm:time_to_first_token_seconds_bucket",
-    "vllm:inter_token_latency_seconds_bucket",
-    "vllm:e2e_request_latency_seconds_bucket",
+# Engine series plus the recording rules built on them.
+VLLM_SERIES = [
+    *ENGINE_SERIES,
     "zerogap:backend_generation_tokens:rate1m",
     "zerogap:backend_ttft_seconds:quantile1m",
 ]
@@ -47,7 +41,7 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # a few requests per scrape, for rates and quantiles
             post(pool.gateway_url + "/v1/chat/completions", {"model": MODEL, "max_tokens": 16, **CHAT})
-            if all(finite_values(prom_api(stack, "query", query=s)["result"]) for s in ENGINE_SERIES):
+            if all(finite_values(prom_api(stack, "query", query=s)["result"]) for s in VLLM_SERIES):
                 break
         yield stack
     finally:
@@ -56,7 +50,7 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def test_vllm_exports_every_series_the_dashboards_read(vllm_stack: Stack) -> None:
-    wait_for_series(vllm_stack, ENGINE_SERIES, timeout_s=10)
+    wait_for_series(vllm_stack, VLLM_SERIES, timeout_s=10)
     up = prom_api(vllm_stack, "query", query="zerogap_backend_up")["result"]
     assert [(r["metric"]["backend"], r["value"][1]) for r in up] == [("replica0", "1")]
 
