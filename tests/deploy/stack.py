@@ -22,6 +22,7 @@ import yaml
 
 from tests.conftest import free_port, stop_process, wait_for_port, zerogap_cmd
 from tests.deploy.paths import CONSOLES, LIBRARIES, PROMETHEUS, REPO
+from tests.tools import require_tool
 
 MODEL = "tiny-sim"
 UNIFIED_KEY = "sk-deploy-live-unified"
@@ -167,8 +168,7 @@ def prometheus_config(stack: Stack, interval: str = "1s") -> dict[str, Any]:
 
 
 def start_prometheus(stack: Stack) -> None:
-    binary = shutil.which("prometheus")
-    assert binary is not None, "prometheus missing: run scripts/setup-system"
+    binary = require_tool("prometheus")
     stack.prometheus_port = free_port()
     config = stack.workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config(stack), sort_keys=False))

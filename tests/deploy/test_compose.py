@@ -15,6 +15,7 @@ import pytest
 
 from tests.deploy.flags import flag_map, launcher_flags
 from tests.deploy.paths import COMPOSE, DEPLOY, PROMETHEUS, load_yaml
+from tests.tools import require_tool
 from zerogap.config.loader import load_config
 
 
@@ -87,9 +88,7 @@ def test_compose_prometheus_scrapes_every_service(compose: dict[str, Any], tmp_p
     targets = {t for job in prom["scrape_configs"] for sc in job.get("static_configs", []) for t in sc["targets"]}
     replicas = {name for name in compose["services"] if name.startswith("vllm-")}
     assert {f"{name}:8000" for name in replicas} | {"gateway:8000", "dcgm-exporter:9400"} <= targets
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool missing: run scripts/setup-system")
+    promtool = require_tool("promtool")
     # As mounted in the container: prometheus.yml beside rules/.
     shutil.copy(COMPOSE.parent / "prometheus.yml", tmp_path / "prometheus.yml")
     shutil.copytree(PROMETHEUS / "rules", tmp_path / "rules")

@@ -22,14 +22,9 @@ from tests.deploy.checks import ENGINE_SERIES, dashboard_problems, finite_values
 from tests.deploy.load import Load
 from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, grafana_panels, recording_rules
 from tests.deploy.stack import Stack, prom_api, start_gateway, start_locust, start_prometheus, start_sim
+from tests.tools import require_tool
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("prometheus") is None or shutil.which("chromium") is None,
-        reason="prometheus or chromium missing: run scripts/setup-system",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 # Every raw series the dashboards read, as the gateway and the engines export them.
 RAW_SERIES = [
@@ -75,6 +70,7 @@ def kill_when_busy(stack: Stack, name: str, proc: Any, timeout_s: float = 20.0) 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    require_tool("prometheus"), require_tool("chromium")  # before the stack starts: fail fast
     workdir = tmp_path_factory.mktemp("deploy-live")
     (workdir / "sim.toml").write_text("# every [sim] and [engine] setting at its default\n")
     stack = Stack(workdir)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from tests.deploy.paths import (
     CONSOLE_PAGES,
@@ -21,9 +18,7 @@ from tests.deploy.paths import (
     recorded_names_in,
     recording_rules,
 )
-
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: run scripts/setup-system")
+from tests.tools import require_tool
 
 # The metric names of the brief's contract (gateway, engines, DCGM); anything else is a typo.
 CONTRACT_METRICS = {
@@ -63,8 +58,7 @@ _RAW_METRIC = re.compile(r"\b(zerogap_[a-z_]+|vllm:[a-z_]+|DCGM_FI_[A-Z_]+)\b(?!
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run([require_tool("promtool"), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 def raw_metric_names(text: str) -> set[str]:
@@ -72,21 +66,18 @@ def raw_metric_names(text: str) -> set[str]:
     return {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
 
 
-@needs_promtool
 def test_prometheus_config_is_valid() -> None:
     done = promtool("check", "config", str(PROMETHEUS / "prometheus.yml"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rule files found" in done.stdout
 
 
-@needs_promtool
 def test_recording_rules_compute_what_they_claim() -> None:
     done = promtool("test", "rules", str(PROMETHEUS / "rules" / "zerogap.rules.test.yml"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
 
-@needs_promtool
 def test_promtool_rejects_a_broken_rule(tmp_path: Path) -> None:
     """The check above can fail: a rule with a PromQL syntax error is refused."""
     broken = RULES.read_text().replace("sum by (model) (rate(", "sum by (model) (rate((", 1)

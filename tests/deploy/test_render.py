@@ -4,7 +4,6 @@ content only appears after its script ran (as Prometheus's console graphs do).""
 from __future__ import annotations
 
 import functools
-import shutil
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -13,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.pictures import count_colour, ink_fraction, size
+from tests.tools import require_tool
 from zerogap.render import RenderError, chromium_path, dump_dom, render_png
-
-pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium missing: run scripts/setup-system")
 
 PAGE = """<!doctype html><html><body style="margin:0;background:#fff">
 <div id="late"></div><canvas id="c" width="300" height="200"></canvas>
@@ -36,6 +34,7 @@ class QuietHandler(SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[str]:
+    require_tool("chromium")
     (tmp_path / "page.html").write_text(PAGE)
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(tmp_path)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -77,6 +76,7 @@ def test_missing_browser_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 def test_render_png_of_a_local_file(tmp_path: Path) -> None:
     """Reports on disk (report.html) render from a file:// URL, as the README's pictures do."""
+    require_tool("chromium")
     page = tmp_path / "report.html"
     page.write_text(PAGE)
     out = render_png(page.as_uri(), tmp_path / "report.png", width=500, height=300, wait_ms=2000)

@@ -4,20 +4,16 @@ rules and console dashboards (nothing to scrape here, so every target is down)."
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.conftest import free_port, stop_process
 from tests.deploy.paths import CONSOLE_PAGES, PROMETHEUS, recording_rules
 from tests.deploy.stack import wait_ready
-
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="run scripts/setup-system")
+from tests.tools import require_tool
 
 
 def get(url: str) -> str:
@@ -37,6 +33,7 @@ def active_targets(base: str, want: int, timeout_s: float = 20.0) -> list[dict[s
 
 
 def test_run_sh_serves_rules_targets_and_dashboards(tmp_path: Path) -> None:
+    require_tool("prometheus")
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "PROMETHEUS_PORT": str(port), "PROMETHEUS_DATA": str(tmp_path / "data")}
     with (tmp_path / "log").open("wb") as log:

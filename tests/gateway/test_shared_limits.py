@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
 from collections.abc import Iterator
 
@@ -13,15 +12,15 @@ from gateway.keystore import KeyStore
 from tests.conftest import free_port, stop_process, wait_for_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, make_config, post
-
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+from tests.tools import require_tool
 
 
 @pytest.fixture
 def redis_url(tmp_path) -> Iterator[str]:
+    binary = require_tool("redis-server")
     port = free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", str(tmp_path)],
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
