@@ -15,7 +15,7 @@ from loadtest._client import INTERRUPTED
 from loadtest._histogram import Histogram
 from loadtest._plan import Phase, Plan
 from loadtest._record import Recorder, RequestRecord
-from loadtest._settings import Settings
+from loadtest._settings import Settings, SloSection
 from loadtest._timeline import Sample
 
 KNEE_GROWTH = 0.10
@@ -43,6 +43,20 @@ def _latencies(records: list[RequestRecord]) -> dict[str, Histogram]:
         hists["itl_ms"].merge(record.itl)
         hists["e2e_ms"].add_ms(record.e2e_s * 1000)
     return hists
+
+
+def meets_slo(record: RequestRecord, slo: SloSection) -> bool:
+    """Goodput's test: TTFT <= slo.ttft_ms and TPOT <= slo.tpot_ms; a request exactly at
+    an SLO meets it (compared at 1 ns, so float noise in TPOT's division cannot push a
+    request that is exactly at the SLO over it). A one-token answer has no TPOT: only
+    its TTFT is tested."""
+    ttft_ok = record.ttft_s is not None and _ms(record.ttft_s) <= slo.ttft_ms
+    tpot = record.tpot_s
+    return ttft_ok and (tpot is None or _ms(tpot) <= slo.tpot_ms)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 6)
 
 
 def _gpu(samples: list[Sample]) -> tuple[dict[str, float] | None, str | None]:
@@ -94,8 +108,7 @@ def summarize_step(
     lag.add_many_ms(r.send_lag_s * 1000 for r in ended if r.send_lag_s is not None)
     output = recorder.tokens_between(start, end)
     prompt = recorder.tokens_between(start, end, prompt=True)
-    slo = settings.slo
-    good = [r for r in ok if (r.ttft_s or 0) * 1000 <= slo.ttft_ms and (r.tpot_s or 0) * 1000 <= slo.tpot_ms]
+    good = [r for r in ok if meets_slo(r, settings.slo)]
     inside = [s for s in samples if start <= s.wall < end]
     gpu, gpu_reason = _gpu(inside)
     cpu = _window_cpu(recorder, start, end)
