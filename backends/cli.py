@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from backends.errors import LaunchError
 from backends.sim_pool import sim_pool
 from backends.supervisor import Supervisor, Timing
-from backends.vllm.install import LaunchError
 from backends.vllm.launcher import vllm_pool
 from zerogap.config import ConfigError, load_config
 

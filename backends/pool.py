@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from backends.errors import LaunchError
 from backends.supervisor import Child
-from backends.vllm.install import LaunchError
 from zerogap.config import Config
 
 

@@ -1,8 +1,7 @@
-"""Small ASGI helpers: read a bounded body, send JSON or an ApiError."""
+"""Small ASGI helpers: read a bounded body, send bytes or an ApiError."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -13,8 +12,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class ClientGone(Exception):
@@ -53,10 +50,6 @@ def too_large(max_bytes: int) -> ApiError:
         f"Request body is larger than {max_bytes} bytes ([gateway].max_body_bytes). Send a smaller request.",
         code="request_too_large",
     )
-
-
-async def send_json(send: Send, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-    await send_bytes(send, status, json.dumps(obj).encode(), headers)
 
 
 async def send_bytes(

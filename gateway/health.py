@@ -7,23 +7,16 @@ import logging
 
 from gateway.pool import Backend, Router
 from gateway.upstream import UpstreamClient
+from zerogap.promtext import sums_by_name
 
 log = logging.getLogger("zerogap.gateway.health")
 
-QUEUE_METRICS = (b"vllm:num_requests_running", b"vllm:num_requests_waiting")
+QUEUE_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 def parse_queue(text: bytes) -> int:
     """running + waiting from a Prometheus text page (summed over label sets)."""
-    total = 0.0
-    for line in text.splitlines():
-        name = line.split(b"{", 1)[0].split(b" ", 1)[0]
-        if name in QUEUE_METRICS:
-            try:
-                total += float(line.rsplit(b" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
-    return int(total)
+    return int(sum(sums_by_name(text, QUEUE_METRICS).values()))
 
 
 class HealthMonitor:

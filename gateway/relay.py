@@ -151,7 +151,8 @@ class Relay:
         timeout_s = self.settings.first_byte_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                resp = await self.client.post(backend.url + out.call.path, out.call.body_for(backend), headers)
+                body = out.call.body_for(backend.upstream_model)
+                resp = await self.client.post(backend.url + out.call.path, body, headers)
                 try:
                     if resp.status != 200 or not out.call.stream:
                         return resp, await resp.read_all()

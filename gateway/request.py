@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ApiError
-from gateway.pool import Backend
 
 
 def invalid(message: str, param: str | None = None, status: int = 422) -> ApiError:
@@ -28,12 +27,13 @@ class Call:
     _encoded: bytes | None = None
     _by_model: dict[str, bytes] = field(default_factory=dict)
 
-    def body_for(self, backend: Backend) -> bytes:
-        if backend.upstream_model and backend.upstream_model != self.model:
-            cached = self._by_model.get(backend.upstream_model)
+    def body_for(self, upstream_model: str | None) -> bytes:
+        """The body to send to a backend that serves this model as `upstream_model` (None: as asked)."""
+        if upstream_model and upstream_model != self.model:
+            cached = self._by_model.get(upstream_model)
             if cached is None:
-                cached = json.dumps({**self.body, "model": backend.upstream_model}).encode()
-                self._by_model[backend.upstream_model] = cached
+                cached = json.dumps({**self.body, "model": upstream_model}).encode()
+                self._by_model[upstream_model] = cached
             return cached
         if self._encoded is None:
             self._encoded = json.dumps(self.body).encode()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-RESOLUTION_MS = 0.1
 _PER_MS = 10  # buckets per millisecond
 
 

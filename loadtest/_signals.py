@@ -11,9 +11,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from loadtest._settings import MetricsSection
+from zerogap.promtext import sums_by_name
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -46,12 +45,7 @@ def scrape_backends(urls: list[str], names: set[str], timeout_s: float) -> Backe
     scrape = BackendScrape()
     for url in urls:
         try:
-            text = _get(url, timeout_s)
-            per_backend: dict[str, float] = {}
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name in names:
-                        per_backend[sample.name] = per_backend.get(sample.name, 0.0) + float(sample.value)
+            per_backend = sums_by_name(_get(url, timeout_s), names)
         except (OSError, ValueError, urllib.error.URLError) as exc:
             scrape.errors.append(f"{url}: {exc}")
             continue

@@ -13,10 +13,6 @@ from typing import Any
 _CHAT_TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 
 
-class StreamError(Exception):
-    """The server reported an error inside the stream."""
-
-
 class SseParser:
     """Feed it the stream's lines (bytes, with or without line endings) and the time
     each was read; it keeps the content-chunk times and the usage."""

@@ -90,9 +90,5 @@ class Sequence:
     def finished(self) -> bool:
         return self.status is SeqStatus.FINISHED
 
-    def append_token(self, token: int) -> None:
-        self.token_ids.append(token)
-        self.output_token_ids.append(token)
-
     def __repr__(self) -> str:
         return f"Sequence({self.seq_id}, {self.status.value}, computed={self.num_computed_tokens}/{self.num_tokens})"

@@ -37,10 +37,6 @@ def tokenize(text: str) -> list[int]:
     return [token_id(word) for word in text.split()]
 
 
-def count_tokens(text: str) -> int:
-    return len(text.split())
-
-
 def output_token(seq_id: int, position: int) -> int:
     """The id of a request's output token at a position: deterministic, from WORDS."""
     return (seq_id * 7 + position) % len(WORDS)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from backends.vllm.install import LaunchError
+from backends.errors import LaunchError
 from zerogap.config import Config
 
 ENTRY = Path(__file__).with_name("entry.py")

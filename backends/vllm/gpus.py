@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from backends.vllm.install import LaunchError
+from backends.errors import LaunchError
 
 
 def visible_gpus(env: Mapping[str, str]) -> list[str]:

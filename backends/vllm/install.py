@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from backends.errors import LaunchError
 from zerogap.config import Config
 
 PROBE_TIMEOUT_S = 60.0
@@ -29,10 +30,6 @@ INSTALL_HINT = (
     "`scripts/setup-vllm` (the CPU build; it prints the interpreter to use). Then point zerogap at "
     "that interpreter: export ZEROGAP_VLLM_PYTHON=/path/to/venv/bin/python, or set [engine].python."
 )
-
-
-class LaunchError(Exception):
-    """A pool that cannot be started as configured; str() says what to do."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from gateway.state import Gateway
 from gateway.upstream import UpstreamClient
 from tests.conftest import free_port
 from zerogap.config import Config, parse_config
+from zerogap.promtext import sum_samples
 
 UNIFIED = "unified-secret-123"
 
@@ -132,10 +133,4 @@ async def wait_until(predicate: Any, timeout_s: float = 5.0) -> bool:
 
 def metric(text: bytes, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include `labels`."""
-    total = 0.0
-    for line in text.decode().splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum_samples(text, name, labels) or 0.0

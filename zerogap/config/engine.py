@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from zerogap.config.gateway import Section
+from zerogap.config.base import Section
 
 
 class EngineSection(Section):

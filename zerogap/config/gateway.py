@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+from pydantic import Field, HttpUrl, field_validator
 
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+from zerogap.config.base import Section
 
 
 class ServerSection(Section):

@@ -7,8 +7,9 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr
 
+from zerogap.config.base import Section
 from zerogap.config.engine import EngineSection, SchedulerSection, TokenIntervalSection
-from zerogap.config.gateway import BackendEntry, GatewaySection, Section, ServerSection
+from zerogap.config.gateway import BackendEntry, GatewaySection, ServerSection
 from zerogap.config.sim import SimSection
 
 

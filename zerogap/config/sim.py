@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from zerogap.config.gateway import Section
+from zerogap.config.base import Section
 
 
 class SimSection(Section):

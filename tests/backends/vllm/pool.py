@@ -19,6 +19,7 @@ import pytest
 
 from backends.tiny_model import build_tiny_model
 from tests.conftest import REPO, free_port, stop_process, zerogap_cmd
+from zerogap.promtext import sum_samples
 
 UNIFIED = "vllm-tier-unified-key"
 MODEL = "tiny-llama"
@@ -167,7 +168,7 @@ def metric(engine_url: str, name: str) -> float:
     """Sum of a vLLM metric over its label sets, from the replica's own /metrics."""
     with urllib.request.urlopen(engine_url + "/metrics", timeout=5) as response:
         text = response.read().decode()
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
-    if not values:
+    total = sum_samples(text, name)
+    if total is None:
         raise AssertionError(f"{name} not in {engine_url}/metrics")
-    return sum(values)
+    return total

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from backends.errors import LaunchError
 from backends.tiny_model import build_tiny_model
 from backends.vllm.command import ENTRY, asked, resolve_model, vllm_argv, vllm_env
-from backends.vllm.install import LaunchError
 from zerogap.config import parse_config
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from backends.errors import LaunchError
 from backends.vllm.gpus import split_gpus, visible_gpus
-from backends.vllm.install import LaunchError
 
 
 def test_replicas_get_consecutive_groups() -> None:

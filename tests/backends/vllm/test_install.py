@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from backends.vllm.install import LaunchError, detect_vllm, vllm_python
+from backends.errors import LaunchError
+from backends.vllm.install import detect_vllm, vllm_python
 from zerogap.config import parse_config
 
 
