@@ -8,6 +8,7 @@ import logging
 import sys
 
 from gateway.keystore import KeyStore, KeyStoreError
+from zerogap.argtypes import positive_int
 from zerogap.config import Config, ConfigError, load_config
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -20,6 +21,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--host", help="override [server].host")
     parser.add_argument("--port", type=int, help="override [server].port")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="override [logging].level")
+    parser.add_argument(
+        "--workers", type=positive_int, default=1, help="processes serving the port (default 1); see gateway/README.md"
+    )
+    parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # one worker of --workers N
     return parser.parse_args(argv)
 
 
@@ -47,7 +52,33 @@ def main(argv: list[str]) -> int:
         return 2
     level = args.log_level or config.logging.level
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
-    return serve(config, level)
+    if args.workers > 1:
+        return supervise(config, args.workers, argv)
+    return serve(config, level, reuse_port=args.reuse_port)
+
+
+def _bind_error(config: Config) -> int:
+    print(
+        f"zerogap gateway: could not serve on {config.server.host}:{config.server.port} "
+        "(is the port in use? change [server].port or pass --port)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def supervise(config: Config, num_workers: int, argv: list[str]) -> int:
+    from gateway.workers import Supervisor, port_is_free, worker_argv
+
+    if not port_is_free(config.server.host, config.server.port):
+        return _bind_error(config)
+    if not config.gateway.redis_url:
+        logging.getLogger("zerogap.gateway").warning(
+            "--workers %d without [gateway].redis_url: each worker counts rpm/tpm limits on its own "
+            "(a key may get up to %d times its budget); set redis_url to share them",
+            num_workers,
+            num_workers,
+        )
+    return Supervisor(worker_argv(argv), num_workers).run()
 
 
 def raise_open_file_limit() -> None:
@@ -70,7 +101,8 @@ def tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLDS[0], GC_THRESHOLDS[1], GC_THRESHOLDS[2])
 
 
-def serve(config: Config, level: str) -> int:
+def serve(config: Config, level: str, reuse_port: bool = False) -> int:
+    """Serve in this process; reuse_port: bind with SO_REUSEPORT, as one worker of several."""
     import httptools  # noqa: F401  (imported now so that tune_gc freezes it too)
     import uvicorn
     import uvloop  # noqa: F401
@@ -93,16 +125,19 @@ def serve(config: Config, level: str) -> int:
             backlog=4096,
         )
     )
+    sockets = None
+    if reuse_port:
+        from gateway.workers import reuse_port_socket
+
+        try:
+            sockets = [reuse_port_socket(config.server.host, config.server.port)]
+        except OSError:
+            return _bind_error(config)
     tune_gc()
     try:
-        server.run()
+        server.run(sockets=sockets)
     except (KeyboardInterrupt, SystemExit):  # uvicorn exits 1 when it cannot bind
         pass
     if not server.started:
-        print(
-            f"zerogap gateway: could not serve on {config.server.host}:{config.server.port} "
-            "(is the port in use? change [server].port or pass --port)",
-            file=sys.stderr,
-        )
-        return 1
+        return _bind_error(config)
     return 0

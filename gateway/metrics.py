@@ -2,11 +2,19 @@
 
 Labels: model, backend, key (the key's name, never its secret), status (HTTP code;
 499 = the client went away). Gauges of backends are set when /metrics is read.
+
+With several workers (`--workers N`) PROMETHEUS_MULTIPROC_DIR names a folder where each worker
+writes its values; /metrics then sums counters and histograms over the workers (the backend
+gauges: in-flight summed, up and reported load the maximum over live workers), and each worker
+also sets its backend gauges every second, since any worker may be the one asked.
 """
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.pool import Router
 
@@ -22,7 +30,9 @@ DURATION_BUCKETS_S = (
 
 
 class GatewayMetrics:
-    def __init__(self) -> None:
+    def __init__(self, multiprocess_dir: str | None = None) -> None:
+        """multiprocess_dir: the folder of --workers (PROMETHEUS_MULTIPROC_DIR), or None for one process."""
+        self.multiprocess_dir = multiprocess_dir
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -51,16 +61,25 @@ class GatewayMetrics:
         )
         self.tokens = Counter("zerogap_tokens", "Tokens from usage", ["model", "key", "kind"], registry=r)
         self.backend_up = Gauge(
-            "zerogap_backend_up", "1 if the backend passes health checks", ["backend", "model"], registry=r
+            "zerogap_backend_up",
+            "1 if the backend passes health checks",
+            ["backend", "model"],
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.backend_inflight = Gauge(
-            "zerogap_backend_inflight", "Requests this gateway has in flight there", ["backend", "model"], registry=r
+            "zerogap_backend_inflight",
+            "Requests this gateway has in flight there",
+            ["backend", "model"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.backend_load = Gauge(
             "zerogap_backend_reported_load",
             "running + waiting that the backend reports",
             ["backend", "model"],
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.retries = Counter(
             "zerogap_retries", "Requests retried on another backend", ["model", "backend"], registry=r
@@ -79,9 +98,21 @@ class GatewayMetrics:
             self.retries.labels(b.model, b.name)
             self.upstream_errors.labels(b.model, b.name, "connect")
 
-    def render(self, router: Router) -> bytes:
+    def set_backend_gauges(self, router: Router) -> None:
         for b in router.backends:
             self.backend_up.labels(b.name, b.model).set(1 if b.healthy else 0)
             self.backend_inflight.labels(b.name, b.model).set(b.num_inflight)
             self.backend_load.labels(b.name, b.model).set(b.num_reported)
-        return generate_latest(self.registry)
+
+    def render(self, router: Router) -> bytes:
+        self.set_backend_gauges(router)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, self.multiprocess_dir)
+        return generate_latest(merged)
+
+
+def multiprocess_dir() -> str | None:
+    """The folder `zerogap gateway --workers N` gave its workers, if this process is one of them."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None

@@ -10,7 +10,7 @@ from gateway.auth import Authenticator
 from gateway.health import HealthMonitor
 from gateway.keystore import KeyStore
 from gateway.limits import Limiter, RateLimiter
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, multiprocess_dir
 from gateway.pool import Router
 from gateway.relay import Relay
 from gateway.shared_limits import SharedLimiter
@@ -19,6 +19,8 @@ from gateway.usage import UsageRecorder
 from zerogap.config import Config
 
 log = logging.getLogger("zerogap.gateway")
+
+BACKEND_GAUGES_INTERVAL_S = 1.0
 
 
 class Gateway:
@@ -29,7 +31,7 @@ class Gateway:
         self.auth = Authenticator(config.server.api_key, self.store)
         self.router = Router(config.pool(), g.routing)
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(multiprocess_dir())
         self.metrics.start_at_zero(self.router)
         self.limiter: Limiter = SharedLimiter(g.redis_url) if g.redis_url else RateLimiter()
         self.usage = UsageRecorder(self.store)
@@ -53,6 +55,14 @@ class Gateway:
             asyncio.create_task(self.auth.refresh_forever(g.key_refresh_interval_s)),
             asyncio.create_task(self.usage.flush_forever(g.usage_flush_interval_s)),
         ]
+        if self.metrics.multiprocess_dir is not None:
+            self._tasks.append(asyncio.create_task(self._gauges_forever(BACKEND_GAUGES_INTERVAL_S)))
+
+    async def _gauges_forever(self, interval_s: float) -> None:
+        """With several workers, any of them may answer /metrics: each keeps its gauges current."""
+        while True:
+            self.metrics.set_backend_gauges(self.router)
+            await asyncio.sleep(interval_s)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -1,0 +1,52 @@
+"""`zerogap gateway --workers 2`: one port, /metrics summed over the workers, a dead worker
+restarted, SIGTERM stops them all."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import free_port
+from tests.fixtures.upstream import UpstreamServer
+from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
+
+NUM_REQUESTS = 24
+
+
+def wait_until(pred, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_two_workers_share_a_port_sum_metrics_restart_and_stop(tmp_path: Path) -> None:
+    port = free_port()
+    with UpstreamServer(model="m") as up:
+        gw = GatewayProcess(write_config(tmp_path / "config.toml", port, up.url, {}), port, workers=2).start()
+        try:
+            first = gw.worker_pids()
+            assert len(first) == 2
+            # Fresh connections: SO_REUSEPORT spreads them over both workers.
+            assert [chat(gw.url, UNIFIED)[0] for _ in range(NUM_REQUESTS)] == [200] * NUM_REQUESTS
+            for _ in range(6):  # whichever worker answers /metrics shows the sum of both
+                status, text = call(gw.url + "/metrics")
+                assert status == 200
+                assert metric_sum(text, "zerogap_requests_total", status="200") == NUM_REQUESTS
+                assert metric_sum(text, "zerogap_backend_up", backend="b0") == 1
+
+            psutil.Process(first[0]).kill()
+            assert wait_until(lambda: len(gw.worker_pids()) == 2 and first[0] not in gw.worker_pids(), 15)
+            assert wait_until(lambda: chat(gw.url, UNIFIED)[0] == 200, 15)
+            _, text = call(gw.url + "/metrics")
+            assert metric_sum(text, "zerogap_requests_total", status="200") >= NUM_REQUESTS + 1  # kept the dead one's
+            workers = [psutil.Process(pid) for pid in gw.worker_pids()]
+        finally:
+            code = gw.stop()
+    assert code == 0, gw.logs()
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    assert "exited with code" in gw.logs() and "Traceback" not in gw.logs()
