@@ -19,12 +19,11 @@ import gevent
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError
 
-from loadtest._record import RequestRecord
+from loadtest._record import INTERRUPTED, RequestRecord
 from loadtest._sse import SseParser
 
 BLOCK_SIZE = 64 * 1024
 DRAIN_TIMEOUT_S = 1.0
-INTERRUPTED = "interrupted"  # the test stopped while the request streamed: not a failure
 Callback = Callable[[RequestRecord, list[float]], None]
 
 

@@ -22,14 +22,14 @@ from locust.env import Environment
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from loadtest._arrivals import Arrivals
-from loadtest._client import INTERRUPTED, StreamClient
+from loadtest._client import StreamClient
 from loadtest._console import progress_line, table
 from loadtest._exporter import Exporter
 from loadtest._limits import raise_open_files
 from loadtest._locust_stats import fire_locust_events
 from loadtest._plan import Plan
 from loadtest._prompt import calibrate, request_body, tokenize_counter, tokenize_urls
-from loadtest._record import Recorder, RequestRecord, TokensPerChunk
+from loadtest._record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 from loadtest._report import new_run_dir, write_run
 from loadtest._settings import Settings, SettingsError, load_settings, settings_path
 from loadtest._summary import summarize_run, summarize_step

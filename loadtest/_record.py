@@ -13,6 +13,8 @@ from typing import Any
 
 from loadtest._histogram import Histogram
 
+INTERRUPTED = "interrupted"  # the test stopped while the request streamed: not a failure
+
 BUCKETS_PER_S = 10  # token-arrival buckets of 100 ms
 
 

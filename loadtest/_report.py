@@ -10,10 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from loadtest._client import INTERRUPTED
 from loadtest._console import load_text
 from loadtest._plan import Plan
-from loadtest._record import Recorder
+from loadtest._record import INTERRUPTED, Recorder
 from loadtest._settings import OutputSection, Settings
 from loadtest._timeline import Sample, build_rows, read_csv, write_csv
 

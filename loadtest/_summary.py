@@ -11,10 +11,9 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from loadtest._client import INTERRUPTED
 from loadtest._histogram import Histogram
 from loadtest._plan import Phase, Plan
-from loadtest._record import Recorder, RequestRecord
+from loadtest._record import INTERRUPTED, Recorder, RequestRecord
 from loadtest._settings import Settings, SloSection
 from loadtest._timeline import Sample
 

@@ -1,7 +1,8 @@
 """The `zerogap` console script: a thin dispatcher.
 
 Each command group owns its own argument parser in its own module; this file only
-maps the first word of the command line to that module's ``main(argv) -> int``.
+maps the first word of the command line to that module's ``main(argv) -> int``
+(or to ``module:function``, for a package's public face).
 Modules are imported lazily so that `zerogap keys list` does not pay for matplotlib.
 """
 
@@ -17,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("backends.sim.cli", "one simulated engine; `sim plan` runs a load plan in virtual time"),
     "backends": ("backends.cli", "`backends up`: start the pool config.toml describes"),
     "tiny-model": ("backends.tiny_model", "build a tiny random Llama + tokenizer locally"),
-    "report": ("loadtest._report_cli", "(re)render a run's report; two runs side by side"),
+    "report": ("loadtest:report_main", "(re)render a run's report; two runs side by side"),
     "demo": ("zerogap.demo", "the whole loop on one command, no GPU needed"),
 }
 
@@ -46,8 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"zerogap: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[command][0])
-    result: int = module.main(args[1:])
+    module_name, _, function = COMMANDS[command][0].partition(":")
+    entry = getattr(importlib.import_module(module_name), function or "main")
+    result: int = entry(args[1:])
     return result
 
 

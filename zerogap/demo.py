@@ -24,9 +24,7 @@ from pathlib import Path
 
 import loadtest
 from backends.health import free_port
-from loadtest._compare import render_comparison
-from loadtest._console import table
-from loadtest._report import ReportError, read_report
+from loadtest import ReportError, read_report, render_comparison, table
 from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.demo_stack import KEY_ENV, POOLS, Pool, Stack, harness_settings
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv  # type: ignore[import-untyped]
 
-from loadtest._settings import parse_settings
+from loadtest import parse_settings
 from tests.deploy.flags import flag_map, launcher_flags
 from tests.deploy.paths import K8S, load_yaml
 from zerogap.config.loader import parse_config

@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-from loadtest._client import INTERRUPTED
-from loadtest._record import Recorder, RequestRecord, TokensPerChunk
+from loadtest._record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 
 
 def record(ok: bool, tokens: int, source: str, prompt_tokens: int = 5) -> RequestRecord:
