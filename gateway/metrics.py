@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.pool import Router
+from gateway.routing.metrics import RouteMetrics
 
 TTFT_BUCKETS_S = (
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0,
@@ -90,6 +91,7 @@ class GatewayMetrics:
         self.ratelimited = Counter(
             "zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r
         )
+        self.route = RouteMetrics(r)
 
     def start_at_zero(self, router: Router) -> None:
         """Each backend's retry and connect-error series exist from the start at 0, so that
@@ -97,12 +99,14 @@ class GatewayMetrics:
         for b in router.backends:
             self.retries.labels(b.model, b.name)
             self.upstream_errors.labels(b.model, b.name, "connect")
+        self.route.start_at_zero(router)
 
     def set_backend_gauges(self, router: Router) -> None:
         for b in router.backends:
             self.backend_up.labels(b.name, b.model).set(1 if b.healthy else 0)
             self.backend_inflight.labels(b.name, b.model).set(b.num_inflight)
             self.backend_load.labels(b.name, b.model).set(b.num_reported)
+        self.route.render(router)
 
     def render(self, router: Router) -> bytes:
         self.set_backend_gauges(router)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gateway.routing.affinity import PrefixAffinity, Route
 from zerogap.config.gateway import BackendEntry
+from zerogap.config.routing import CacheAwareSection
 
 
 @dataclass(eq=False)
@@ -32,11 +34,14 @@ class Backend:
 class ModelPool:
     """The backends serving one model name."""
 
-    def __init__(self, model: str, backends: list[Backend], policy: str) -> None:
+    def __init__(
+        self, model: str, backends: list[Backend], policy: str, cache_aware: CacheAwareSection | None = None
+    ) -> None:
         self.model = model
         self.backends = backends
         self.policy = policy
         self._next = 0
+        self.affinity = PrefixAffinity(cache_aware or CacheAwareSection()) if policy == "cache_aware" else None
 
     def choose(self, exclude: Iterable[Backend] = ()) -> Backend | None:
         """The healthy backend to use, or None. Least load (ties rotate) or round-robin."""
@@ -56,6 +61,24 @@ class ModelPool:
                 best = b
         return best
 
+    def route(self, exclude: Iterable[Backend], hashes: Sequence[int]) -> Route[Backend] | None:
+        """cache_aware: the healthy backends not yet tried, in the rotation's order, to the
+        prefix tables; a backend that is down loses its table (its engine's cache is gone)."""
+        assert self.affinity is not None
+        skip = set(exclude)
+        n = len(self.backends)
+        start = self._next
+        if not skip:
+            self._next = (start + 1) % n
+        candidates = []
+        for i in range(n):
+            b = self.backends[(start + i) % n]
+            if not b.healthy:
+                self.affinity.forget(b.name)
+            elif b not in skip:
+                candidates.append(b)
+        return self.affinity.route(candidates, hashes)
+
     def any_healthy(self) -> bool:
         return any(b.healthy for b in self.backends)
 
@@ -63,12 +86,14 @@ class ModelPool:
 class Router:
     """All pools, by the model name clients ask for."""
 
-    def __init__(self, entries: Iterable[BackendEntry], policy: str) -> None:
+    def __init__(
+        self, entries: Iterable[BackendEntry], policy: str, cache_aware: CacheAwareSection | None = None
+    ) -> None:
         self.backends = [Backend.of(e) for e in entries]
         by_model: dict[str, list[Backend]] = {}
         for b in self.backends:
             by_model.setdefault(b.model, []).append(b)
-        self.pools = {m: ModelPool(m, bs, policy) for m, bs in by_model.items()}
+        self.pools = {m: ModelPool(m, bs, policy, cache_aware) for m, bs in by_model.items()}
 
     def ready(self) -> bool:
         return any(b.healthy for b in self.backends)

@@ -22,6 +22,7 @@ from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
+from gateway.routing.prefix import prompt_blocks
 from gateway.sse import SseFilter, usage_tokens
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.usage import UsageRecorder
@@ -93,9 +94,10 @@ class Relay:
     async def run(self, out: Outcome, pool: ModelPool) -> AsyncGenerator[Start | bytes, None]:
         tried: list[Backend] = []
         failure = Retry(503, "no_backend", f"No healthy backend serves model {out.call.model!r} right now.")
+        hashes = self._prompt_blocks(out.call) if pool.affinity is not None else []
         try:
             while len(tried) <= self.settings.max_retries:
-                backend = pool.choose(tried)
+                backend = self._choose(out.call, pool, tried, hashes)
                 if backend is None:
                     break
                 if tried:
@@ -125,6 +127,19 @@ class Relay:
             raise
         finally:
             self._account(out)
+
+    def _prompt_blocks(self, call: Call) -> list[int]:
+        s = self.settings.cache_aware
+        return prompt_blocks(call.body, call.path.endswith("/chat/completions"), s.block_chars, s.max_prompt_blocks)
+
+    def _choose(self, call: Call, pool: ModelPool, tried: list[Backend], hashes: list[int]) -> Backend | None:
+        if pool.affinity is None:
+            return pool.choose(tried)
+        route = pool.route(tried, hashes)
+        if route is None:
+            return None
+        self.metrics.route.observe(call.model, route)
+        return route.backend
 
     def _upstream_error(self, out: Outcome, backend: Backend, exc: Retry) -> None:
         self.metrics.upstream_errors.labels(out.call.model, backend.name, str(exc.label)).inc()

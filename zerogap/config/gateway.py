@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, HttpUrl, field_validator
 
 from zerogap.config.base import Section
+from zerogap.config.routing import CacheAwareSection
 
 
 class ServerSection(Section):
@@ -23,7 +24,8 @@ class ServerSection(Section):
 
 
 class GatewaySection(Section):
-    routing: Literal["least_load", "round_robin"] = "least_load"
+    routing: Literal["least_load", "round_robin", "cache_aware"] = "least_load"
+    cache_aware: CacheAwareSection = Field(default_factory=CacheAwareSection)
     key_store: str = Field(
         "zerogap-keys.db", description="SQLite file of virtual keys and usage; relative to config.toml"
     )

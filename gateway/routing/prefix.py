@@ -1,0 +1,62 @@
+"""The prompt's leading blocks as chained hashes: what cache-aware routing matches on.
+
+The prompt is serialized in the order the engine sees it (tool definitions, then each
+chat message's role and text; for /v1/completions the prompt string), cut into blocks
+of a fixed number of characters, and each block's hash covers its own characters and
+the hash of the block before it, so equal hashes at position k mean equal first k blocks
+(as vLLM's block hashes do for tokens). Only full blocks count; the partial last block,
+usually the part that differs, is left out. Hashes are Python's (seeded per process):
+each gateway process keeps its own tables.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MESSAGE_END = "\x1e"  # record separator: ends each message, so "a"+"bc" differs from "ab"+"c"
+ROLE_END = "\x1f"
+
+
+def _content_text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                parts.append(json.dumps(part, sort_keys=True))
+        return "\n".join(parts)
+    return json.dumps(content, sort_keys=True)
+
+
+def prompt_text(body: dict[str, Any], chat: bool) -> str:
+    """The prompt as one string, in the order the engine reads it."""
+    if not chat:
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else json.dumps(prompt)
+    pieces = []
+    tools = body.get("tools")
+    if tools:
+        pieces.append(json.dumps(tools, sort_keys=True) + MESSAGE_END)
+    for message in body.get("messages") or ():
+        if isinstance(message, dict):
+            pieces.append(f"{message.get('role')}{ROLE_END}{_content_text(message.get('content'))}{MESSAGE_END}")
+    return "".join(pieces)
+
+
+def chain_hashes(text: str, block_chars: int, max_blocks: int) -> list[int]:
+    """One hash per full leading block (at most max_blocks); hash k covers blocks 0..k."""
+    num_blocks = min(len(text) // block_chars, max_blocks)
+    hashes: list[int] = []
+    previous = 0
+    for i in range(num_blocks):
+        previous = hash((previous, text[i * block_chars : (i + 1) * block_chars]))
+        hashes.append(previous)
+    return hashes
+
+
+def prompt_blocks(body: dict[str, Any], chat: bool, block_chars: int, max_blocks: int) -> list[int]:
+    return chain_hashes(prompt_text(body, chat), block_chars, max_blocks)
