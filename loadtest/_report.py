@@ -54,6 +54,7 @@ def write_run(
         "run": {
             "name": run_dir.name,
             "started_utc": utc(run_start),
+            "started_unix_s": round(run_start, 6),
             "ended_utc": utc(run_end),
             "duration_s": round(run_end - run_start, 3),
             **meta,
