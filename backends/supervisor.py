@@ -22,8 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from backends.health import health_ok, port_is_free
 from backends.process_group import group_alive, new_group_preexec, signal_group
+from zerogap.net import http_ok, port_is_free
 
 TAIL_LINES = 200
 BACKOFF_START_S = 1.0
@@ -157,7 +157,7 @@ class Supervisor:
             return
         if now >= child.next_health_at:
             child.next_health_at = now + HEALTH_POLL_S
-            if health_ok(child.spec.url + child.spec.health_path):
+            if http_ok(child.spec.url + child.spec.health_path):
                 child.state, child.up_since = "up", now
                 was_restart = child.ever_up
                 child.ever_up = True

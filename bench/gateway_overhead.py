@@ -32,8 +32,8 @@ from typing import Any
 
 import aiohttp
 
-from backends.health import free_port
 from backends.process_group import stop_process
+from zerogap.net import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "bench-unified-key"

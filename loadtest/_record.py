@@ -113,6 +113,15 @@ class Recorder:
     def add_cpu(self, process: str, wall: float, cpu_percent: float) -> None:
         self.cpu_samples.setdefault(process, []).append((wall, cpu_percent))
 
+    def busiest_cpu_between(self, start: float, end: float) -> float | None:
+        """The busiest load-generator process's mean CPU percent in [start, end); None: no sample."""
+        means = []
+        for samples in self.cpu_samples.values():
+            inside = [cpu for wall, cpu in samples if start <= wall < end]
+            if inside:
+                means.append(sum(inside) / len(inside))
+        return max(means) if means else None
+
     def drain(self) -> dict[str, Any]:
         """Everything recorded since the last drain, as plain lists for msgpack; then forget it."""
         wire = {

@@ -76,15 +76,6 @@ def _validity(settings: Settings, cpu: float | None, lag: Histogram, open_loop: 
     return True, None
 
 
-def _window_cpu(recorder: Recorder, start: float, end: float) -> float | None:
-    means = []
-    for samples in recorder.cpu_samples.values():
-        inside = [cpu for wall, cpu in samples if start <= wall < end]
-        if inside:
-            means.append(sum(inside) / len(inside))
-    return round(max(means), 1) if means else None
-
-
 def summarize_step(
     settings: Settings,
     plan: Plan,
@@ -110,7 +101,8 @@ def summarize_step(
     good = [r for r in ok if meets_slo(r, settings.slo)]
     inside = [s for s in samples if start <= s.wall < end]
     gpu, gpu_reason = _gpu(inside)
-    cpu = _window_cpu(recorder, start, end)
+    busiest_cpu = recorder.busiest_cpu_between(start, end)
+    cpu = None if busiest_cpu is None else round(busiest_cpu, 1)
     valid, invalid_reason = _validity(settings, cpu, lag, plan.open_loop)
     interval = _mean([s.token_interval_ms for s in inside])
     step: dict[str, Any] = {"index": phase.index}

@@ -84,16 +84,6 @@ def _phase_name(plan: Plan, run_time_s: float) -> str:
     return "warmup" if phase.index < 0 else f"step{phase.index}"
 
 
-def _cpu_between(recorder: Recorder, start: float, end: float) -> float | None:
-    """The busiest load-generator process's mean CPU in [start, end)."""
-    means = []
-    for samples in recorder.cpu_samples.values():
-        inside = [cpu for wall, cpu in samples if start <= wall < end]
-        if inside:
-            means.append(sum(inside) / len(inside))
-    return max(means) if means else None
-
-
 def build_rows(samples: list[Sample], recorder: Recorder, plan: Plan, run_start: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     records = sorted((r for r in recorder.records if r.ok), key=lambda r: r.end)
@@ -112,7 +102,7 @@ def build_rows(samples: list[Sample], recorder: Recorder, plan: Plan, run_start:
                 tpot.add_ms(record.tpot_s * 1000)
         output = recorder.tokens_between(previous, sample.wall)
         prompt = recorder.tokens_between(previous, sample.wall, prompt=True)
-        cpu = _cpu_between(recorder, previous, sample.wall)
+        cpu = recorder.busiest_cpu_between(previous, sample.wall)
         values = asdict(sample)
         rows.append(
             {

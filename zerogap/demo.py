@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import loadtest
-from backends.health import free_port
 from loadtest import ReportError, read_report, render_comparison, table
 from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.demo_stack import KEY_ENV, POOLS, Pool, Stack, harness_settings
+from zerogap.net import free_port
 
 
 def _parser() -> argparse.ArgumentParser:

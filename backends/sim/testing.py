@@ -13,15 +13,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.health import free_port
 from backends.process_group import stop_process
+from zerogap.net import free_port, wait_http_ok
 
 EMPTY_CONFIG = "# empty: every setting has its default\n"
 
@@ -39,18 +37,11 @@ class SimProcess:
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = log.read_text(errors="replace").strip()
-            raise RuntimeError(f"zerogap sim exited with {proc.returncode}: {err}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1.0) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"zerogap sim at {url} was not healthy within {timeout_s} s")
+    try:
+        wait_http_ok(f"{url}/health", timeout_s, proc, what="zerogap sim")
+    except RuntimeError:
+        err = log.read_text(errors="replace").strip()
+        raise RuntimeError(f"zerogap sim exited with {proc.returncode}: {err}") from None
 
 
 @contextmanager

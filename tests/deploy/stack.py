@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ import yaml
 from tests.conftest import free_port, stop_process, wait_for_port, zerogap_cmd
 from tests.deploy.paths import CONSOLES, LIBRARIES, PROMETHEUS, REPO
 from tests.tools import require_tool
+from zerogap.net import wait_http_ok
 
 MODEL = "tiny-sim"
 UNIFIED_KEY = "sk-deploy-live-unified"
@@ -107,21 +107,7 @@ def start_gateway(stack: Stack) -> None:
     create_key(stack, "team-a")
     create_key(stack, "limited", "--rpm", "2")
     stack.spawn("gateway", zerogap_cmd("gateway", "--config", str(stack.workdir / "gateway.toml")), stack.gateway_port)
-    wait_ready(f"{stack.gateway_url}/ready", 30.0)
-
-
-def wait_ready(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} not ready within {timeout_s} s")
-        time.sleep(0.2)
+    wait_http_ok(f"{stack.gateway_url}/ready", 30.0)
 
 
 def start_locust(stack: Stack, steps: list[int], step_s: float) -> subprocess.Popen[bytes]:
@@ -183,7 +169,7 @@ def start_prometheus(stack: Stack) -> None:
         f"--storage.tsdb.path={stack.workdir / 'tsdb'}",
     ]
     stack.spawn("prometheus", cmd, stack.prometheus_port)
-    wait_ready(f"{stack.prometheus_url}/-/ready", 30.0)
+    wait_http_ok(f"{stack.prometheus_url}/-/ready", 30.0)
 
 
 def prom_api(stack: Stack, path: str, **params: str) -> Any:

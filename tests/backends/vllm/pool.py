@@ -19,6 +19,7 @@ import pytest
 
 from backends.tiny_model import build_tiny_model
 from tests.conftest import REPO, free_port, stop_process, zerogap_cmd
+from zerogap.net import wait_http_ok
 from zerogap.promtext import sum_samples
 
 UNIFIED = "vllm-tier-unified-key"
@@ -128,7 +129,7 @@ def start_pool(folder: Path) -> Pool:
         zerogap_cmd("gateway", "--config", str(config)), stdout=gateway_log, stderr=subprocess.STDOUT, cwd=folder
     )
     gateway_log.close()
-    wait_ready(pool.gateway_url + "/ready", 30)
+    wait_http_ok(pool.gateway_url + "/ready", 30)
     return pool
 
 
@@ -138,19 +139,6 @@ def stop_pool(pool: Pool) -> int | None:
     stop_process(pool.backends, timeout_s=60)
     pool.log.close()
     return pool.backends.returncode
-
-
-def wait_ready(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"{url} did not answer 200 within {timeout_s} s")
 
 
 def post(url: str, body: dict[str, Any], timeout_s: float = 60) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""Local ports and readiness, shared by the launchers, the demo, the benches and the
+tests: is a port free, does a URL answer 200, wait until it does."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+HEALTH_TIMEOUT_S = 1.0
+# Replicas are local: never through an http_proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port and this process may bind it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def http_ok(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+    """True when GET url answers 200 within timeout_s."""
+    try:
+        with _OPENER.open(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _check_alive(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, what: str) -> None:
+    if proc is not None and proc.poll() is not None:
+        raise RuntimeError(f"{what} exited with {proc.returncode} before it was ready")
+
+
+def wait_for_port(
+    port: int,
+    timeout_s: float = 20.0,
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
+    host: str = "127.0.0.1",
+) -> None:
+    """Until host:port accepts a connection; RuntimeError if `proc` exits first, else TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _check_alive(proc, f"the process behind port {port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"port {port} did not open within {timeout_s} s")
+
+
+def wait_http_ok(
+    url: str,
+    timeout_s: float = 30.0,
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
+    what: str = "the server",
+) -> None:
+    """Until GET url answers 200; RuntimeError if `proc` exits first, else TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _check_alive(proc, what)
+        if http_ok(url, timeout_s=2.0):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} at {url} did not answer 200 within {timeout_s} s")
+        time.sleep(0.1)
