@@ -1,6 +1,6 @@
 """The engine core: scheduler + cost model + the synthetic model, with no clock.
 
-step() plans a step (the batch and how long it takes); finish() applies it when its
+plan() plans a step (the batch and how long it takes); finish() applies it when its
 time has come. engine.py drives it in real time, virtual.py in virtual time.
 """
 

@@ -1,9 +1,11 @@
 """The real-time step loop on asyncio.
 
 Each step is planned at its start (schedule + cost model), then the loop sleeps until
-the modelled end of the step and applies it: tokens go to their requests' sinks. The
-next step is scheduled from the modelled boundary (no drift), so the step-loop lag
-(actual minus scheduled step start) measures whether this process keeps up.
+the modelled end of the step and applies it: the step is recorded (steps.py: where its
+forward sat, the GPU's gap since the last one, its CPU work) and its tokens go to their
+requests' sinks. The next step is scheduled from the modelled boundary (no drift), so
+the step-loop lag (actual minus scheduled step start) measures whether this process
+keeps up.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from backends.sim.metrics import SimMetrics
 from backends.sim.scheduler import TokenEvent
 from backends.sim.sequence import Sequence
 from backends.sim.settings import SimSettings
+from backends.sim.steps import StepTimeline
 from backends.sim.stream import TokenSink
 from backends.sim.window import BusyWindow, LagRecorder
 
@@ -29,10 +32,11 @@ class RealtimeEngine:
         self.core = EngineCore(settings)
         self.sinks: dict[int, TokenSink] = {}
         self.window = BusyWindow(settings.cost.metrics_window_s, now_s())
+        self.timeline = StepTimeline()
         self.lag = LagRecorder()
         self.work = LagRecorder()  # CPU time of the step loop itself per step (apply + plan)
         self.gc = GcWatch()
-        self.metrics = SimMetrics(settings.model, self)
+        self.metrics = SimMetrics(settings.model, self.core, self.window)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -74,24 +78,29 @@ class RealtimeEngine:
         while True:
             plan = self.core.plan()
             if plan is None:
+                self.timeline.idle()
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             target = now_s()
             while plan is not None:
+                start = target
                 target += plan.cost.duration_s
                 await _sleep_until(target)
                 actual = now_s()
                 self.lag.record(actual - target)
-                self._apply(plan, actual)
+                self._apply(plan, start, actual)
                 plan = self.core.plan()
                 self.work.record(now_s() - actual)
 
-    def _apply(self, plan: StepPlan, t: float) -> None:
-        cost = plan.cost
-        self.window.add(t, cost.forward_s, cost.interval_s)
-        self.metrics.on_step(plan.batch.num_tokens)
+    def _apply(self, plan: StepPlan, start_s: float, t: float) -> None:
+        """The step that began at start_s (a modelled boundary) has ended: record it and
+        hand its tokens out (at t, the time it really is)."""
         events = self.core.finish(plan)
+        batch = plan.batch
+        step = self.timeline.record(start_s, plan.cost, batch.num_seqs, batch.num_tokens, len(events))
+        self.window.add(step)
+        self.metrics.on_step(step)
         self._deliver(events, t)
 
     def _deliver(self, events: list[TokenEvent], t: float) -> None:
@@ -121,7 +130,6 @@ class RealtimeEngine:
                 self.abort(seq)
         for last, count in previous.items():
             metrics.itl.observe(t - last, count)
-        metrics.generation_tokens += len(events)
 
 
 # The event loop's timers have millisecond resolution (uvloop, and epoll under asyncio):

@@ -9,14 +9,14 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from backends.sim.engine import RealtimeEngine
+from backends.sim.core import EngineCore
+from backends.sim.steps import StepRecord
+from backends.sim.window import BusyWindow
 
 TTFT_BUCKETS = (
     0.001,
@@ -119,9 +119,10 @@ class Histogram:
 
 
 class SimMetrics(Collector):
-    def __init__(self, model_name: str, engine: RealtimeEngine) -> None:
+    def __init__(self, model_name: str, core: EngineCore, window: BusyWindow) -> None:
         self.model_name = model_name
-        self.engine = engine
+        self.core = core
+        self.window = window
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {}
@@ -136,9 +137,6 @@ class SimMetrics(Collector):
         self.ttft.observe(ttft_s)
         self.prompt_tokens += num_prompt_tokens
 
-    def on_token(self, itl_s: float) -> None:
-        self.itl.observe(itl_s)
-
     def on_finish(self, e2e_s: float, reason: str) -> None:
         self.e2e.observe(e2e_s)
         self.finished[reason] = self.finished.get(reason, 0) + 1
@@ -146,23 +144,24 @@ class SimMetrics(Collector):
     def on_abort(self) -> None:
         self.finished["abort"] = self.finished.get("abort", 0) + 1
 
-    def on_step(self, num_tokens: int) -> None:
-        self.iteration_tokens.observe(num_tokens)
+    def on_step(self, step: StepRecord) -> None:
+        self.iteration_tokens.observe(step.num_tokens)
+        self.generation_tokens += step.num_new_tokens
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def collect(self) -> Iterator[Metric]:
         labels = [self.model_name]
-        engine, now = self.engine, time.monotonic()
-        blocks = engine.core.blocks
-        yield _gauge("vllm:num_requests_running", "Requests in the running batch.", labels, engine.core.num_running)
-        yield _gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", labels, engine.core.num_waiting)
+        core, window, now = self.core, self.window, time.monotonic()
+        blocks = core.blocks
+        yield _gauge("vllm:num_requests_running", "Requests in the running batch.", labels, core.num_running)
+        yield _gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", labels, core.num_waiting)
         yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", labels, blocks.usage)
         yield _counter("vllm:prompt_tokens", "Prefill tokens processed.", labels, self.prompt_tokens)
         yield _counter("vllm:generation_tokens", "Generation tokens processed.", labels, self.generation_tokens)
         yield _counter(
-            "vllm:num_preemptions", "Cumulative preemptions.", labels, engine.core.scheduler.num_preemptions_total
+            "vllm:num_preemptions", "Cumulative preemptions.", labels, core.scheduler.num_preemptions_total
         )
         yield _counter("vllm:prefix_cache_queries", "Prefix-cache queries, in tokens.", labels, blocks.num_queries)
         yield _counter("vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.", labels, blocks.num_hits)
@@ -180,13 +179,19 @@ class SimMetrics(Collector):
             "zerogap_sim_gpu_busy_ratio",
             "Modelled forward time / wall time over the recent window.",
             labels,
-            engine.window.busy_ratio(now),
+            window.busy_ratio(now),
         )
         yield _gauge(
             "zerogap_sim_token_interval_seconds",
-            "Mean modelled token interval per step over the recent window.",
+            "Token interval as the GPU sees it: mean idle time between two forwards over the recent window.",
             labels,
-            engine.window.mean_interval_s(now),
+            window.mean_gap_s(now),
+        )
+        yield _gauge(
+            "zerogap_sim_cpu_interval_seconds",
+            "CPU work per step (the token interval's work, hidden by async scheduling or not), recent mean.",
+            labels,
+            window.mean_cpu_s(now),
         )
 
 

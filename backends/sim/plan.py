@@ -20,7 +20,8 @@ class StepSummary:
     ttft_p99_s: float | None
     tpot_mean_s: float | None  # None: no request finished in the window (hold the step longer)
     gpu_busy: float
-    interval_ms: float
+    token_interval_ms: float  # the GPU's mean idle gap between two forwards
+    cpu_interval_ms: float  # the CPU work per step, hidden or not
     forward_ms: float
     step_ms: float
     batch_mean: float
@@ -51,7 +52,8 @@ def summarise(run: VirtualRun, mode: str, concurrency: int, start_s: float, end_
         ttft_p99_s=float(np.percentile(ttft_arr, 99)) if ttft_arr.size else None,
         tpot_mean_s=mean(tpot_list) if tpot_list else None,
         gpu_busy=sum(s.forward_s for s in steps) / span,
-        interval_ms=1000 * mean([s.interval_s for s in steps]),
+        token_interval_ms=1000 * mean([s.gap_s for s in steps if s.gap_s is not None]),
+        cpu_interval_ms=1000 * mean([s.cpu_s for s in steps]),
         forward_ms=1000 * mean([s.forward_s for s in steps]),
         step_ms=1000 * mean([s.duration_s for s in steps]),
         batch_mean=mean([float(s.num_seqs) for s in steps]),
@@ -86,7 +88,8 @@ COLUMNS = (  # name, width, format spec
     ("ttft_p99_s", 10, ".3f"),
     ("tpot_mean_s", 11, ".4f"),
     ("gpu_busy", 8, ".1%"),
-    ("interval_ms", 11, ".1f"),
+    ("token_interval_ms", 17, ".1f"),
+    ("cpu_interval_ms", 15, ".1f"),
     ("forward_ms", 10, ".1f"),
     ("step_ms", 7, ".1f"),
     ("batch_mean", 10, ".1f"),

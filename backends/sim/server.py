@@ -106,9 +106,6 @@ async def _stream(request: web.Request, builder: ResponseBuilder, sink: TokenSin
     if chunked:
         response.enable_chunked_encoding()
     await response.prepare(request)
-    first = builder.first_chunk()
-    if first:
-        await response.write(first)
     transport = request.transport
     if transport is None or not sink.attach(SseWriter(transport, builder, chunked)):
         raise ConnectionResetError("the client went away")
@@ -160,7 +157,8 @@ async def _stats(request: web.Request) -> web.Response:
         "num_waiting": engine.core.num_waiting,
         "num_streams": len(engine.sinks),
         "gpu_busy_ratio": engine.window.busy_ratio(now),
-        "token_interval_s": engine.window.mean_interval_s(now),
+        "token_interval_s": engine.window.mean_gap_s(now),
+        "cpu_interval_s": engine.window.mean_cpu_s(now),
         "vocab_words": len(words.WORDS),
     }
     return web.json_response(body)

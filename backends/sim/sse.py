@@ -50,7 +50,8 @@ class ResponseBuilder:
         self._tail = close + b'"logprobs":null,"finish_reason":null}]}\n\n'
 
     def first_chunk(self) -> bytes:
-        """The chat stream opens with the assistant role (vLLM does the same)."""
+        """The chat stream opens with the assistant role and empty content, sent with the
+        first token (vLLM sends it on the engine's first output, i.e. after prefill)."""
         if not self.chat:
             return b""
         body = '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'

@@ -21,19 +21,22 @@ class Transport(Protocol):
 
 
 class SseWriter:
-    __slots__ = ("builder", "chunked", "frames", "transport")
+    __slots__ = ("builder", "chunked", "frames", "opener", "transport")
 
     def __init__(self, transport: Transport, builder: ResponseBuilder, chunked: bool) -> None:
         self.transport = transport
         self.builder = builder
         self.chunked = chunked
+        # a chat stream's role chunk goes out with the first token, as vLLM sends it: no
+        # event may leave before the first token exists (clients time TTFT by the first)
+        self.opener = builder.first_chunk()
         # a plain mid-stream token's framed event depends only on the token: build each once
         self.frames: dict[int, bytes] | None = None if builder.request.continuous_usage else {}
 
     def send_one(self, token: int, num_before: int, finish_reason: str | None, num_cached: int) -> bool:
         """The step loop's hot path: one token, usually mid-stream."""
         frames = self.frames
-        if frames is None or finish_reason is not None:
+        if frames is None or finish_reason is not None or self.opener:
             return self.send([token], num_before, finish_reason, num_cached)
         if self.transport.is_closing():
             return False
@@ -53,6 +56,8 @@ class SseWriter:
         data = self.builder.token_chunks(tokens, num_before, finish_reason)
         if finish_reason is not None:
             data += self.builder.end_chunks(finish_reason, num_before + len(tokens), num_cached, bool(tokens))
+        if self.opener:
+            data, self.opener = self.opener + data, b""
         self.transport.write(self._frame(data))
         return True
 

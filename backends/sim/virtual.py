@@ -18,6 +18,7 @@ from backends.sim import words
 from backends.sim.core import EngineCore
 from backends.sim.sequence import Sequence
 from backends.sim.settings import SimSettings
+from backends.sim.steps import StepRecord, StepTimeline
 
 
 @dataclass(slots=True)
@@ -50,16 +51,6 @@ class RequestRecord:
         return (self.finish_s - self.first_token_s) / (self.num_output_tokens - 1)
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    end_s: float
-    forward_s: float
-    interval_s: float
-    duration_s: float
-    num_seqs: int
-    num_new_tokens: int
-
-
 @dataclass
 class VirtualRun:
     requests: list[RequestRecord] = field(default_factory=list)
@@ -81,6 +72,7 @@ class VirtualEngine:
         pending: list[tuple[float, int, Arrival]] = [(a.t_s, next(self._order), a) for a in arrivals]
         heapq.heapify(pending)
         live: dict[int, RequestRecord] = {}
+        timeline = StepTimeline()
         clock = 0.0
         while clock < until_s:
             while pending and pending[0][0] <= clock:
@@ -89,14 +81,13 @@ class VirtualEngine:
             if plan is None:
                 if not pending:
                     break
+                timeline.idle()
                 clock = max(clock, pending[0][0])
                 continue
-            clock += plan.cost.duration_s
+            start, clock = clock, clock + plan.cost.duration_s
             events = self.core.finish(plan)
-            cost = plan.cost
-            run.steps.append(
-                StepRecord(clock, cost.forward_s, cost.interval_s, cost.duration_s, plan.batch.num_seqs, len(events))
-            )
+            batch = plan.batch
+            run.steps.append(timeline.record(start, plan.cost, batch.num_seqs, batch.num_tokens, len(events)))
             for event in events:
                 record = live[event.seq.seq_id]
                 if record.first_token_s is None:

@@ -1,4 +1,4 @@
-"""Recent-window statistics of the step loop: GPU busy ratio, token interval, lag."""
+"""Recent-window statistics of the step loop: GPU busy ratio, GPU gap, CPU interval, lag."""
 
 from __future__ import annotations
 
@@ -6,30 +6,41 @@ from collections import deque
 
 import numpy as np
 
+from backends.sim.steps import StepRecord
+
 
 class BusyWindow:
-    """Modelled forward time / wall time over the last window_s seconds."""
+    """The steps of the last window_s seconds: GPU busy ratio (modelled forward time /
+    wall time), the GPU's mean idle gap between two forwards, the mean CPU work per step."""
 
     def __init__(self, window_s: float, start_s: float) -> None:
         self.window_s = window_s
         self.start_s = start_s
-        self.steps: deque[tuple[float, float, float]] = deque()  # (end_s, forward_s, interval_s)
+        self.steps: deque[StepRecord] = deque()
         self.forward_sum = 0.0
-        self.interval_sum = 0.0
+        self.cpu_sum = 0.0
+        self.gap_sum = 0.0
+        self.num_gaps = 0
 
-    def add(self, end_s: float, forward_s: float, interval_s: float) -> None:
-        self.steps.append((end_s, forward_s, interval_s))
-        self.forward_sum += forward_s
-        self.interval_sum += interval_s
-        self._trim(end_s)
+    def add(self, step: StepRecord) -> None:
+        self.steps.append(step)
+        self.forward_sum += step.forward_s
+        self.cpu_sum += step.cpu_s
+        if step.gap_s is not None:
+            self.gap_sum += step.gap_s
+            self.num_gaps += 1
+        self._trim(step.end_s)
 
     def _trim(self, now_s: float) -> None:
         horizon = now_s - self.window_s
         steps = self.steps
-        while steps and steps[0][0] < horizon:
-            _, forward, interval = steps.popleft()
-            self.forward_sum -= forward
-            self.interval_sum -= interval
+        while steps and steps[0].end_s < horizon:
+            old = steps.popleft()
+            self.forward_sum -= old.forward_s
+            self.cpu_sum -= old.cpu_s
+            if old.gap_s is not None:
+                self.gap_sum -= old.gap_s
+                self.num_gaps -= 1
 
     def busy_ratio(self, now_s: float) -> float:
         self._trim(now_s)
@@ -38,9 +49,15 @@ class BusyWindow:
             return 0.0
         return max(0.0, min(1.0, self.forward_sum / span))
 
-    def mean_interval_s(self, now_s: float) -> float:
+    def mean_gap_s(self, now_s: float) -> float:
+        """The token interval as the GPU sees it: idle time between two forwards."""
         self._trim(now_s)
-        return self.interval_sum / len(self.steps) if self.steps else 0.0
+        return max(0.0, self.gap_sum / self.num_gaps) if self.num_gaps else 0.0
+
+    def mean_cpu_s(self, now_s: float) -> float:
+        """The CPU work per step, hidden behind the forward or not."""
+        self._trim(now_s)
+        return max(0.0, self.cpu_sum / len(self.steps)) if self.steps else 0.0
 
 
 class LagRecorder:

@@ -16,6 +16,7 @@ class StreamResult:
     sent_s: float
     events: list[dict[str, Any]] = field(default_factory=list)
     token_times_s: list[float] = field(default_factory=list)
+    first_event_s: float | None = None  # when the first data event (of any kind) arrived
     done: bool = False
 
     @property
@@ -47,6 +48,8 @@ async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any])
                 result.done = True
                 continue  # read to the end so that the connection is reused
             event = json.loads(line[6:])
+            if result.first_event_s is None:
+                result.first_event_s = time.monotonic()
             if _has_token(event):
                 result.token_times_s.append(time.monotonic())
             result.events.append(event)

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import pytest
 
+from backends.sim.settings import SimSettings
 from backends.sim.testing import SimProcess, run_sim_process
+from backends.sim.virtual import Arrival, VirtualEngine
 from tests.backends.sim._client import metrics, stream
 
 MODEL = "sim-test"
@@ -59,6 +61,21 @@ async def test_chat_stream_tokens_and_usage(sim, session):
     assert result.events[-1]["choices"] == []
     assert usage["prompt_tokens"] == 12 and usage["completion_tokens"] == 7 and usage["total_tokens"] == 19
     assert all(e["object"] == "chat.completion.chunk" and e["model"] == MODEL for e in result.events)
+
+
+async def test_no_chunk_leaves_before_the_first_token(sim, session):
+    """The role chunk goes out with the first token, as vLLM sends it: a client that times
+    TTFT by the first event (vllm bench serve does) must not read less than the prefill."""
+    num_prompt = 3000
+    settings = SimSettings().with_flags(time_scale=1.0)
+    [modelled] = VirtualEngine(settings).run([Arrival(0.0, list(range(600, 600 + num_prompt)), 2)], 10).requests
+    assert modelled.ttft_s is not None and modelled.ttft_s > 0.03  # a prefill long enough to see
+    body = {"model": MODEL, "messages": [{"role": "user", "content": _words(num_prompt, "ttft")}], "max_tokens": 2}
+    result = await stream(session, f"{sim.url}/v1/chat/completions", body)
+    assert result.events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert result.first_event_s is not None
+    assert result.first_event_s - result.sent_s >= modelled.ttft_s
+    assert result.token_times_s[0] - result.first_event_s < 0.005  # the first token came with it
 
 
 async def test_continuous_usage_stats_on_every_chunk(sim, session):
@@ -176,11 +193,13 @@ async def test_metrics_have_vllm_names_and_model_label(sim, session):
         "vllm:iteration_tokens_total_count",
         "zerogap_sim_gpu_busy_ratio",
         "zerogap_sim_token_interval_seconds",
+        "zerogap_sim_cpu_interval_seconds",
     ):
         assert f"{name}{label}" in samples, name
     assert samples[f"vllm:generation_tokens_total{label}"] >= 3
     assert samples[f"vllm:time_to_first_token_seconds_count{label}"] >= 1
     assert 0 < samples[f"zerogap_sim_gpu_busy_ratio{label}"] <= 1
+    assert samples[f"zerogap_sim_cpu_interval_seconds{label}"] > 0
     assert samples[f"zerogap_sim_token_interval_seconds{label}"] > 0
 
 
