@@ -15,7 +15,7 @@ PANELS = (
     ("output_tps", "Output tokens/s", "tokens/s"),
     ("gpu_util", "GPU utilization (mean)", "%"),
     ("tpot_ms", "TPOT p50", "ms"),
-    ("token_interval_ms", "Backend token interval (mean)", "ms"),
+    ("token_interval_ms", "Token interval: GPU idle between forwards (mean)", "ms"),
 )
 
 

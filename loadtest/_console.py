@@ -32,8 +32,14 @@ def progress_line(step: dict[str, Any], num_steps: int) -> str:
 
 HEADER = (
     f"{'load':>14} {'out tok/s':>10} {'tot tok/s':>10} {'req/s':>7} {'TTFT p50':>9} {'p99':>8} "
-    f"{'TPOT p50':>9} {'p99':>7} {'ITL p50':>8} {'GPU':>5} {'good/s':>7} {'fail':>5} {'valid':>5}"
+    f"{'TPOT p50':>9} {'p99':>7} {'ITL p50':>8} {'GPU':>5} {'gap':>6} {'CPU':>6} {'good/s':>7} {'fail':>5} "
+    f"{'valid':>5}"
 )
+
+
+def _interval(step: dict[str, Any], key: str) -> str:
+    value = step.get(key)
+    return "-" if value is None else f"{value:.1f}"
 
 
 def table(report: dict[str, Any]) -> str:
@@ -43,6 +49,7 @@ def table(report: dict[str, Any]) -> str:
             f"{load_text(step):>14} {step['output_tps']:>10,.0f} {step['total_tps']:>10,.0f} {step['rps']:>7.2f} "
             f"{_ms(step['ttft_ms']):>9} {_ms(step['ttft_ms'], 'p99'):>8} {_ms(step['tpot_ms']):>9} "
             f"{_ms(step['tpot_ms'], 'p99'):>7} {_ms(step['itl_ms']):>8} {_gpu(step):>5} "
+            f"{_interval(step, 'token_interval_ms'):>6} {_interval(step, 'cpu_interval_ms'):>6} "
             f"{step['goodput_rps']:>7.2f} {step['requests_failed']:>5} {'yes' if step['valid'] else 'NO':>5}"
         )
     knee = report.get("knee")
@@ -50,5 +57,10 @@ def table(report: dict[str, Any]) -> str:
     sources = {step["token_count_source"] for step in report["steps"]}
     if "chunks" in sources:
         lines.append("note: the server sent no usage for some requests; their tokens are counted chunks")
+    if any(step.get("token_interval_ms") is not None for step in report["steps"]):
+        lines.append(
+            "gap: the token interval, the GPU's idle time between two forwards; "
+            "CPU: the CPU work per step, hidden behind the forward or not (both from the backends, ms)"
+        )
     lines.append("latencies in ms (0.1 ms resolution)")
     return "\n".join(lines)

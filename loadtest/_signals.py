@@ -1,6 +1,7 @@
 """Server-side signals on the load test's timeline: GPU utilization (NVML, a
 Prometheus / DCGM-exporter query, or the backends' own /metrics) and the backends'
-running / waiting / KV-cache usage / token interval, read from their /metrics."""
+running / waiting / KV-cache usage / token interval (the GPU's gap between forwards)
+and CPU interval (the CPU work per step), read from their /metrics."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from zerogap.promtext import sums_by_name
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
-TOKEN_INTERVAL = "zerogap_sim_token_interval_seconds"
+TOKEN_INTERVAL = "zerogap_sim_token_interval_seconds"  # the GPU's idle gap between two forwards
+CPU_INTERVAL = "zerogap_sim_cpu_interval_seconds"  # the CPU work per step, hidden or not
 
 
 @dataclass

@@ -104,7 +104,8 @@ def summarize_step(
     busiest_cpu = recorder.busiest_cpu_between(start, end)
     cpu = None if busiest_cpu is None else round(busiest_cpu, 1)
     valid, invalid_reason = _validity(settings, cpu, lag, plan.open_loop)
-    interval = _mean([s.token_interval_ms for s in inside])
+    interval = _mean([s.token_interval_ms for s in inside])  # the GPU's gap between forwards
+    cpu_interval = _mean([s.cpu_interval_ms for s in inside])  # the CPU work per step
     step: dict[str, Any] = {"index": phase.index}
     step["request_rate" if plan.open_loop else "concurrency"] = phase.load
     step.update(
@@ -131,6 +132,7 @@ def summarize_step(
         loadgen_cpu_percent=cpu,
         send_lag_ms=lag.summary() if plan.open_loop else None,
         token_interval_ms=interval,
+        cpu_interval_ms=cpu_interval,
         backend={
             "running_mean": _mean([s.running for s in inside]),
             "waiting_mean": _mean([s.waiting for s in inside]),

@@ -15,7 +15,7 @@ from loadtest._histogram import Histogram
 from loadtest._plan import Plan
 from loadtest._record import Recorder
 from loadtest._settings import MetricsSection
-from loadtest._signals import KV_USAGE, RUNNING, TOKEN_INTERVAL, WAITING, GpuUtil, scrape_backends
+from loadtest._signals import CPU_INTERVAL, KV_USAGE, RUNNING, TOKEN_INTERVAL, WAITING, GpuUtil, scrape_backends
 
 
 @dataclass
@@ -27,7 +27,8 @@ class Sample:
     running: float | None
     waiting: float | None
     kv_cache_usage: float | None
-    token_interval_ms: float | None
+    token_interval_ms: float | None  # the GPU's idle gap between two forwards
+    cpu_interval_ms: float | None = None  # the CPU work per step, hidden or not
 
 
 class Sampler:
@@ -36,14 +37,14 @@ class Sampler:
     def __init__(self, metrics: MetricsSection) -> None:
         self.metrics = metrics
         self.gpu = GpuUtil(metrics)
-        self.names = {RUNNING, WAITING, KV_USAGE, TOKEN_INTERVAL} | self.gpu.metric_names()
+        self.names = {RUNNING, WAITING, KV_USAGE, TOKEN_INTERVAL, CPU_INTERVAL} | self.gpu.metric_names()
         self.samples: list[Sample] = []
 
     def sample(self, users: int) -> Sample:
         wall = time.time()
         scrape = scrape_backends(self.metrics.backend_metrics_urls, self.names, self.metrics.scrape_timeout_seconds)
         gpu, reason = self.gpu.sample(scrape)
-        interval = scrape.mean(TOKEN_INTERVAL)
+        interval, cpu_interval = scrape.mean(TOKEN_INTERVAL), scrape.mean(CPU_INTERVAL)
         sample = Sample(
             wall=wall,
             users=users,
@@ -53,6 +54,7 @@ class Sampler:
             waiting=scrape.total(WAITING),
             kv_cache_usage=scrape.mean(KV_USAGE),
             token_interval_ms=None if interval is None else interval * 1000.0,
+            cpu_interval_ms=None if cpu_interval is None else cpu_interval * 1000.0,
         )
         self.samples.append(sample)
         return sample
@@ -73,6 +75,7 @@ COLUMNS = [
     "backend_waiting",
     "kv_cache_usage",
     "token_interval_ms",
+    "cpu_interval_ms",
     "loadgen_cpu_percent",
 ]
 
@@ -120,6 +123,7 @@ def build_rows(samples: list[Sample], recorder: Recorder, plan: Plan, run_start:
                 "backend_waiting": values["waiting"],
                 "kv_cache_usage": values["kv_cache_usage"],
                 "token_interval_ms": values["token_interval_ms"],
+                "cpu_interval_ms": values["cpu_interval_ms"],
                 "loadgen_cpu_percent": None if cpu is None else round(cpu, 1),
             }
         )

@@ -170,8 +170,12 @@ def _headline(pools: list[Pool], reports: list[dict[str, object]]) -> str:
         tops.append(top)
         gpu = top.get("gpu_util")
         gpu_text = f"{gpu['mean']:.0f}% GPU busy" if gpu else "GPU busy n/a"
-        interval = top.get("token_interval_ms")
-        interval_text = f", token interval {interval:.1f} ms" if isinstance(interval, int | float) else ""
+        interval, cpu = top.get("token_interval_ms"), top.get("cpu_interval_ms")
+        interval_text = ""
+        if isinstance(interval, int | float):
+            interval_text = f", token interval (GPU idle between forwards) {interval:.1f} ms"
+        if isinstance(cpu, int | float):
+            interval_text += f", CPU work per step {cpu:.1f} ms"
         lines.append(
             f"  {pool.name:>9} at {top.get('concurrency', 0):g} streams: {top['output_tps']:,.0f} output tok/s, "
             f"{gpu_text}{interval_text}"

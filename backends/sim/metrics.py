@@ -160,9 +160,7 @@ class SimMetrics(Collector):
         yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", labels, blocks.usage)
         yield _counter("vllm:prompt_tokens", "Prefill tokens processed.", labels, self.prompt_tokens)
         yield _counter("vllm:generation_tokens", "Generation tokens processed.", labels, self.generation_tokens)
-        yield _counter(
-            "vllm:num_preemptions", "Cumulative preemptions.", labels, core.scheduler.num_preemptions_total
-        )
+        yield _counter("vllm:num_preemptions", "Cumulative preemptions.", labels, core.scheduler.num_preemptions_total)
         yield _counter("vllm:prefix_cache_queries", "Prefix-cache queries, in tokens.", labels, blocks.num_queries)
         yield _counter("vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.", labels, blocks.num_hits)
         success = CounterMetricFamily(

@@ -50,14 +50,10 @@ class StepTimeline:
         """The engine ran out of work: the next step's wait is not a token interval."""
         self.last_forward_end_s = None
 
-    def record(
-        self, start_s: float, cost: StepCost, num_seqs: int, num_tokens: int, num_new_tokens: int
-    ) -> StepRecord:
+    def record(self, start_s: float, cost: StepCost, num_seqs: int, num_tokens: int, num_new_tokens: int) -> StepRecord:
         end_s = start_s + cost.duration_s
         forward_start_s = end_s - cost.forward_s
         last = self.last_forward_end_s
         gap_s = None if last is None else forward_start_s - last
         self.last_forward_end_s = end_s
-        return StepRecord(
-            start_s, forward_start_s, end_s, cost.interval_s, gap_s, num_seqs, num_tokens, num_new_tokens
-        )
+        return StepRecord(start_s, forward_start_s, end_s, cost.interval_s, gap_s, num_seqs, num_tokens, num_new_tokens)

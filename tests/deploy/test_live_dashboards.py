@@ -42,6 +42,7 @@ RAW_SERIES = [
     *ENGINE_SERIES,
     "zerogap_sim_gpu_busy_ratio",
     "zerogap_sim_token_interval_seconds",
+    "zerogap_sim_cpu_interval_seconds",
     "zerogap_loadtest_users",
     "zerogap_loadtest_output_tokens_total",
     "zerogap_loadtest_ttft_seconds_bucket",

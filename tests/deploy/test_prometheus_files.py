@@ -34,6 +34,7 @@ CONTRACT_METRICS = {
     "zerogap_ratelimited_total",
     "zerogap_sim_gpu_busy_ratio",
     "zerogap_sim_token_interval_seconds",
+    "zerogap_sim_cpu_interval_seconds",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",

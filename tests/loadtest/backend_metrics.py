@@ -1,5 +1,5 @@
 """A real HTTP server with known server-side signals, for the parts the shared upstream
-fixture does not export: the simulated engine's GPU-busy ratio and token interval
+fixture does not export: the simulated engine's GPU-busy ratio, token interval and CPU interval
 (/metrics, Prometheus text) and a Prometheus query API (/api/v1/query). The values
 are fixed so the report's gpu_util and token_interval_ms can be checked exactly."""
 
@@ -13,9 +13,12 @@ from aiohttp import web
 
 
 class SignalServer:
-    def __init__(self, busy_ratio: float, token_interval_s: float, dcgm_percent: float) -> None:
+    def __init__(
+        self, busy_ratio: float, token_interval_s: float, dcgm_percent: float, cpu_interval_s: float = 0.0145
+    ) -> None:
         self.busy_ratio = busy_ratio
         self.token_interval_s = token_interval_s
+        self.cpu_interval_s = cpu_interval_s
         self.dcgm_percent = dcgm_percent
         self.port = 0
         self.num_scrapes = 0
@@ -34,6 +37,8 @@ class SignalServer:
             f'zerogap_sim_gpu_busy_ratio{{model_name="m"}} {self.busy_ratio}\n'
             "# TYPE zerogap_sim_token_interval_seconds gauge\n"
             f'zerogap_sim_token_interval_seconds{{model_name="m"}} {self.token_interval_s}\n'
+            "# TYPE zerogap_sim_cpu_interval_seconds gauge\n"
+            f'zerogap_sim_cpu_interval_seconds{{model_name="m"}} {self.cpu_interval_s}\n'
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             'vllm:kv_cache_usage_perc{model_name="m"} 0.25\n'
         )

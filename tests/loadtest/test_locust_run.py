@@ -59,7 +59,7 @@ def scrape_until(url: str, needle: str, proc: subprocess.Popen[str], timeout_s: 
 @pytest.mark.slow
 def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
     exporter_port = free_port()
-    with UpstreamServer(known_timing(SECRET)) as up, SignalServer(0.75, 0.012, 50.0) as signals:
+    with UpstreamServer(known_timing(SECRET)) as up, SignalServer(0.75, 0.012, 50.0, cpu_interval_s=0.02) as signals:
         settings = write_settings(
             tmp_path / "settings.json", up.url, tmp_path / "runs", "known",
             api={"api_key_env": "ZEROGAP_TEST_KEY"}, load_test={"steps": [4, 8]},
@@ -87,6 +87,7 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
     check_against_truth(second, 8)
     assert first["input_tokens_mean"] == 20  # /tokenize calibrated, the nonce included
     assert first["gpu_util"] == {"mean": 75.0, "min": 75.0} and first["token_interval_ms"] == 12.0
+    assert first["cpu_interval_ms"] == 20.0
     assert first["backend"]["kv_cache_usage_mean"] == 0.25
     assert "zerogap step 1/2 4 users" in out and "out tok/s" in out and "report.html" in out
     for path in run_dir.iterdir():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadtest._compare import render_comparison
+from loadtest._console import HEADER, table
 from loadtest._plan import Plan
 from loadtest._record import Recorder, RequestRecord
 from loadtest._report import render_run, write_run
@@ -41,7 +42,8 @@ def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
                 recorder.add(record, [sent + 0.1 + 0.02 * k for k in range(10)])
                 sent += 0.28
         for tick in range(int(phase.start_s) + 1, int(phase.end_s) + 1):
-            samples.append(Sample(START + tick, int(phase.load), busy * 100, "", phase.load, 0.0, 0.3, interval_ms))
+            sample = Sample(START + tick, int(phase.load), busy * 100, "", phase.load, 0.0, 0.3, interval_ms, 14.0)
+            samples.append(sample)
             recorder.add_cpu("host:1", START + tick, 20.0)
     summary = summarize_run(settings, plan, START, START + plan.total_s, recorder, samples)
     return write_run(run_dir, settings, plan, START, START + plan.total_s, summary, {}, recorder, samples)
@@ -59,7 +61,7 @@ def test_report_json_has_the_contract_fields_and_the_right_figures(tmp_path: Pat
     assert first["itl_ms"] == {"p50": 20.0, "p90": 20.0, "p99": 20.0, "mean": 20.0}
     assert first["e2e_ms"]["p99"] == 280.0
     assert first["gpu_util"] == {"mean": 60.0, "min": 60.0}
-    assert first["token_interval_ms"] == 12.0
+    assert first["token_interval_ms"] == 12.0 and first["cpu_interval_ms"] == 14.0
     assert first["duration_s"] == 5.0 and first["valid"] is True
     assert first["token_count_source"] == "usage"
     assert first["goodput_rps"] == first["rps"]
@@ -71,7 +73,12 @@ def test_report_json_has_the_contract_fields_and_the_right_figures(tmp_path: Pat
         assert f'src="{png}"' in page
         assert (tmp_path / png).read_bytes().startswith(PNG)
     header = (tmp_path / "timeline.csv").read_text().splitlines()[0]
-    assert header.startswith("time_s,phase,users,output_tps")
+    assert header.startswith("time_s,phase,users,output_tps") and "token_interval_ms,cpu_interval_ms" in header
+    row = table(report).splitlines()[1]
+    for column, value in ((" gap", "12.0"), (" CPU", "14.0")):  # the console: right-aligned under the header
+        end = HEADER.index(column) + len(column)
+        assert row[end - 6 : end].strip() == value, (column, row)
+    assert "the GPU's idle time between two forwards" in table(report)
 
 
 def test_saturated_load_generator_invalidates_the_step(tmp_path: Path) -> None:

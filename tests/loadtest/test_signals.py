@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from loadtest._settings import MetricsSection
-from loadtest._signals import TOKEN_INTERVAL, GpuUtil, scrape_backends
+from loadtest._signals import CPU_INTERVAL, TOKEN_INTERVAL, GpuUtil, scrape_backends
 from tests.conftest import free_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
 
 
 def test_backend_metrics_and_prometheus_sources() -> None:
-    with SignalServer(busy_ratio=0.6, token_interval_s=0.014, dcgm_percent=70.0) as signals:
+    with SignalServer(busy_ratio=0.6, token_interval_s=0.0005, dcgm_percent=70.0, cpu_interval_s=0.014) as signals:
         urls = [f"{signals.url}/metrics", f"{signals.url}/metrics"]
         metrics = MetricsSection(backend_metrics_urls=urls)
         gpu = GpuUtil(metrics)
-        scrape = scrape_backends(urls, gpu.metric_names() | {TOKEN_INTERVAL}, 2.0)
+        scrape = scrape_backends(urls, gpu.metric_names() | {TOKEN_INTERVAL, CPU_INTERVAL}, 2.0)
         assert gpu.sample(scrape) == (60.0, "")
-        assert scrape.mean(TOKEN_INTERVAL) == 0.014
+        assert scrape.mean(TOKEN_INTERVAL) == 0.0005 and scrape.mean(CPU_INTERVAL) == 0.014
         prom = GpuUtil(MetricsSection(gpu_util={"source": "prometheus", "prometheus_url": signals.url}))
         assert prom.sample(scrape) == (70.0, "")
 

@@ -41,7 +41,8 @@ async def _intervals_under_load(*flags: str) -> tuple[float, float]:
 async def test_async_with_slot_reuse_closes_the_gpu_gap_at_256_streams():
     base_gap, base_cpu = await _intervals_under_load("--scheduling", "sync", "--no-slot-reuse")
     zg_gap, zg_cpu = await _intervals_under_load("--scheduling", "async", "--slot-reuse")
-    detail = f"baseline gap {base_gap * 1e3:.2f} cpu {base_cpu * 1e3:.2f}; zerogap gap {zg_gap * 1e3:.2f} cpu {zg_cpu * 1e3:.2f}"
+    detail = f"baseline gap {base_gap * 1e3:.2f} cpu {base_cpu * 1e3:.2f} ms; "
+    detail += f"zerogap gap {zg_gap * 1e3:.2f} cpu {zg_cpu * 1e3:.2f} ms"
     # the article: the baseline's GPU waits the whole ~35 ms interval; slot reuse cuts the
     # CPU work to ~14 ms and async scheduling hides it behind the forward
     assert base_gap == pytest.approx(0.035, rel=0.1), detail
