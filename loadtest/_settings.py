@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
-from zerogap.config.loader import describe_validation_error
+from zerogap.config.explain import read_text, validate
 
 SETTINGS_ENV = "ZEROGAP_SETTINGS"
 DEFAULT_SETTINGS = "settings.json"
@@ -181,11 +181,7 @@ def parse_settings(text: str, source: str = DEFAULT_SETTINGS) -> Settings:
         raise SettingsError(f"{source}: not valid JSON: {exc}. Fix the syntax.") from None
     if not isinstance(raw, dict):
         raise SettingsError(f"{source}: the top level must be a JSON object {{...}}.")
-    try:
-        return Settings.model_validate(raw)
-    except ValidationError as exc:
-        problems = "\n  ".join(describe_validation_error(e, _field(tuple(e["loc"])), "field") for e in exc.errors())
-        raise SettingsError(f"{source}: {exc.error_count()} problem(s):\n  {problems}") from None
+    return validate(Settings, raw, source, _field, SettingsError, unknown="field")
 
 
 def settings_path(cli_value: str | None, env: Mapping[str, str] | None = None) -> Path:
@@ -196,13 +192,6 @@ def settings_path(cli_value: str | None, env: Mapping[str, str] | None = None) -
 
 def load_settings(path: str | Path) -> Settings:
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SettingsError(
-            f"{file}: no such file. Pass --settings PATH, set {SETTINGS_ENV}, or run from the folder "
-            "that has settings.json."
-        ) from None
-    except OSError as exc:
-        raise SettingsError(f"{file}: cannot be read ({exc.strerror}).") from None
+    hint = f"Pass --settings PATH, set {SETTINGS_ENV}, or run from the folder that has settings.json."
+    text = read_text(file, hint, SettingsError)
     return parse_settings(text, str(file))

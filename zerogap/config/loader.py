@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
+from zerogap.config.explain import describe_validation_error, read_text, validate
 from zerogap.config.model import Config
+
+__all__ = ["ConfigError", "describe_validation_error", "expand_env", "field_path", "load_config", "parse_config"]
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -64,20 +65,6 @@ def expand_env(
     return _VAR.sub(substitute, value)
 
 
-def describe_validation_error(error: Mapping[str, Any], path: str, unknown: str = "key") -> str:
-    """One pydantic error as a line for the user: the field's path, what is wrong, what to do.
-    Shared by config.toml (paths like [server].port) and settings.json (load_test.steps)."""
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        return f"{path}: unknown {unknown}. Remove it or check its spelling."
-    if kind == "missing":
-        return f"{path}: required, but missing. Add it."
-    got = error.get("input")
-    shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{path}: {message}{shown}. Fix the value."
-
-
 def parse_config(
     text: str,
     source: str = "config.toml",
@@ -92,11 +79,7 @@ def parse_config(
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}. Fix the syntax.") from None
     raw = expand_env(raw, os.environ if env is None else env, source, strict=strict_env)
-    try:
-        config = Config.model_validate(raw)
-    except ValidationError as exc:
-        problems = "\n  ".join(describe_validation_error(e, field_path(tuple(e["loc"]))) for e in exc.errors())
-        raise ConfigError(f"{source}: {exc.error_count()} problem(s):\n  {problems}") from None
+    config = validate(Config, raw, source, field_path, ConfigError)
     config.source = source
     config.base_dir = base_dir or Path.cwd()
     return config
@@ -108,12 +91,5 @@ def load_config(
     strict_env: bool = True,
 ) -> Config:
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{file}: no such file. Pass --config PATH, or run from the folder that has config.toml."
-        ) from None
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot be read ({exc.strerror}).") from None
+    text = read_text(file, "Pass --config PATH, or run from the folder that has config.toml.", ConfigError)
     return parse_config(text, str(file), env, base_dir=file.resolve().parent, strict_env=strict_env)
