@@ -38,8 +38,11 @@ async def health(request: Request) -> Response:
 
 
 async def ready(request: Request) -> Response:
-    router = _gw(request).router
+    gw = _gw(request)
+    router = gw.router
     backends = {b.name: {"model": b.model, "up": b.healthy, "inflight": b.num_inflight} for b in router.backends}
+    if gw.drain.draining:
+        return JSONResponse({"status": "not ready: shutting down", "backends": backends}, 503)
     if router.ready():
         return JSONResponse({"status": "ready", "backends": backends})
     return JSONResponse({"status": "not ready: no healthy backend", "backends": backends}, 503)

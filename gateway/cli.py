@@ -109,10 +109,18 @@ def serve(config: Config, level: str, reuse_port: bool = False) -> int:
 
     raise_open_file_limit()
     from gateway.app import create_app
+    from gateway.drain import server_for
 
-    server = uvicorn.Server(
+    app = create_app(config)
+
+    def on_drain() -> None:
+        gw = getattr(app.state, "gateway", None)
+        if gw is not None:
+            gw.drain.begin()
+
+    server = server_for(
         uvicorn.Config(
-            create_app(config),
+            app,
             host=config.server.host,
             port=config.server.port,
             loop="uvloop",
@@ -121,9 +129,10 @@ def serve(config: Config, level: str, reuse_port: bool = False) -> int:
             log_level=level,
             log_config=None,
             lifespan="on",
-            timeout_graceful_shutdown=5,
             backlog=4096,
-        )
+        ),
+        config.gateway.drain_timeout_s,
+        on_drain,
     )
     sockets = None
     if reuse_port:

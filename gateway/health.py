@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from gateway.pool import Backend, Router
 from gateway.upstream import UpstreamClient
@@ -19,11 +20,27 @@ def parse_queue(text: bytes) -> int:
     return int(sum(sums_by_name(text, QUEUE_METRICS).values()))
 
 
+def _never_held(backend: Backend) -> float:
+    return 0.0
+
+
 class HealthMonitor:
-    def __init__(self, router: Router, client: UpstreamClient, timeout_s: float) -> None:
+    """`take_out(backend, reason)` removes a backend that fails (and acts on its requests in
+    flight); `held_s(backend)` > 0 keeps an ejected backend out even if it answers."""
+
+    def __init__(
+        self,
+        router: Router,
+        client: UpstreamClient,
+        timeout_s: float,
+        take_out: Callable[[Backend, str], None] | None = None,
+        held_s: Callable[[Backend], float] = _never_held,
+    ) -> None:
         self.router = router
         self.client = client
         self.timeout_s = timeout_s
+        self.take_out = take_out
+        self.held_s = held_s
 
     async def check(self, backend: Backend) -> None:
         try:
@@ -32,12 +49,17 @@ class HealthMonitor:
             reason = f"status {status}"
         except Exception as exc:  # any failure to answer means: not healthy
             ok, reason = False, f"{type(exc).__name__}: {exc}"
-        if ok != backend.healthy:
-            if ok:
-                log.info("backend %s (%s) is healthy again", backend.name, backend.url)
-            else:
+        if ok and not backend.healthy:
+            if self.held_s(backend) > 0:
+                return  # ejected: not back before its time is up
+            log.info("backend %s (%s) is healthy again", backend.name, backend.url)
+            backend.healthy = True
+        elif not ok and backend.healthy:
+            if self.take_out is None:
                 log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
-        backend.healthy = ok
+                backend.healthy = False
+            else:
+                self.take_out(backend, f"health check failed ({reason})")
 
     async def scrape(self, backend: Backend) -> None:
         if not backend.healthy:

@@ -29,5 +29,14 @@ class IdleWatch:
         self.fired = True
         self.on_idle()
 
+    def shorten(self, idle_s: float) -> None:
+        """From now on the idle limit is idle_s (if shorter), counted from now."""
+        if self.fired or idle_s >= self.idle_s:
+            return
+        self.idle_s = idle_s
+        self.last_s = time.monotonic()
+        self._handle.cancel()
+        self._handle = self._loop.call_later(idle_s, self._check)
+
     def cancel(self) -> None:
         self._handle.cancel()

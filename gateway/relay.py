@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 
 from gateway.auth import Principal
 from gateway.errors import error_body, sse_error
+from gateway.flights import Flight, Flights
 from gateway.idle import IdleWatch
 from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
+from gateway.outlier import OutlierDetector
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
 from gateway.routing.prefix import prompt_blocks
@@ -36,6 +38,7 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+OUTLIER_LABELS = frozenset({"connect", "broken", "500", "502", "503", "504"})  # failures that count toward ejection
 
 
 @dataclass
@@ -48,11 +51,12 @@ class Start:
 class Retry(Exception):
     """This attempt failed before the first byte; another backend may be tried."""
 
-    def __init__(self, status: int, label: str, message: str) -> None:
+    def __init__(self, status: int, label: str, message: str, final: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.label = label
         self.message = message
+        self.final = final  # no other backend is to be tried (the gateway is shutting down)
 
 
 @dataclass
@@ -84,12 +88,16 @@ class Relay:
         metrics: GatewayMetrics,
         limiter: Limiter,
         usage: UsageRecorder,
+        flights: Flights,
+        outlier: OutlierDetector,
     ) -> None:
         self.settings = settings
         self.client = client
         self.metrics = metrics
         self.limiter = limiter
         self.usage = usage
+        self.flights = flights
+        self.outlier = outlier
 
     async def run(self, out: Outcome, pool: ModelPool) -> AsyncGenerator[Start | bytes, None]:
         tried: list[Backend] = []
@@ -105,22 +113,26 @@ class Relay:
                 tried.append(backend)
                 out.backend = backend.name
                 backend.num_inflight += 1
+                flight = self.flights.open(backend)
                 try:
                     try:
-                        resp, first = await self._open(out, backend)
+                        resp, first = await self._open(out, backend, flight)
                         answer = self._answer(out, backend, resp, first)
                     except Retry as exc:
                         failure = exc
                         self._upstream_error(out, backend, exc)
+                        if exc.final:
+                            break
                         continue
                     if answer is not None:
                         yield answer
                     else:
-                        async for item in self._stream(out, resp, first):
+                        async for item in self._stream(out, resp, first, flight):
                             yield item
                     return
                 finally:
                     backend.num_inflight -= 1
+                    self.flights.close(flight)
             yield self._fail(out, failure)
         except (asyncio.CancelledError, GeneratorExit):
             out.status = 499
@@ -142,10 +154,14 @@ class Relay:
         return route.backend
 
     def _upstream_error(self, out: Outcome, backend: Backend, exc: Retry) -> None:
+        if exc.label == "draining":
+            return
         self.metrics.upstream_errors.labels(out.call.model, backend.name, str(exc.label)).inc()
         log.warning("backend %s failed before the first byte (%s): %s", backend.name, exc.label, exc.message)
-        if exc.label == "connect":
-            backend.healthy = False  # until the next health check says otherwise
+        if exc.label in OUTLIER_LABELS:
+            self.outlier.failure(backend, exc.label)
+        if exc.label == "connect":  # out until the next health check says otherwise
+            self.flights.take_out(backend, f"connection refused ({exc.message})")
 
     def _fail(self, out: Outcome, failure: Retry) -> Start | bytes:
         out.status = failure.status
@@ -156,26 +172,33 @@ class Relay:
             failure.status, json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
         )
 
-    async def _open(self, out: Outcome, backend: Backend) -> tuple[UpstreamResponse, bytes]:
+    async def _open(self, out: Outcome, backend: Backend, flight: Flight) -> tuple[UpstreamResponse, bytes]:
         """The backend's answer and its first bytes (the whole body when it is not a stream),
-        within [gateway].first_byte_timeout_s. Keep-alives meanwhile are the client side's
-        business (proxy.serve), so this waits in line, without a task of its own."""
+        within [gateway].first_byte_timeout_s, or until the backend leaves the pool (flight).
+        Keep-alives meanwhile are the client side's business (proxy.serve), so this waits in
+        line, without a task of its own."""
         headers = {"Content-Type": "application/json"}
         if backend.api_key:
             headers["Authorization"] = f"Bearer {backend.api_key}"
         timeout_s = self.settings.first_byte_timeout_s
         try:
-            async with asyncio.timeout(timeout_s):
-                body = out.call.body_for(backend.upstream_model)
-                resp = await self.client.post(backend.url + out.call.path, body, headers)
+            async with asyncio.timeout(timeout_s) as timeout:
+                flight.waiting(timeout)
                 try:
-                    if resp.status != 200 or not out.call.stream:
-                        return resp, await resp.read_all()
-                    return resp, await resp.read_chunk()
-                except BaseException:
-                    resp.close()
-                    raise
+                    body = out.call.body_for(backend.upstream_model)
+                    resp = await self.client.post(backend.url + out.call.path, body, headers)
+                    try:
+                        if resp.status != 200 or not out.call.stream:
+                            return resp, await resp.read_all()
+                        return resp, await resp.read_chunk()
+                    except BaseException:
+                        resp.close()
+                        raise
+                finally:
+                    flight.timeout = None
         except TimeoutError:
+            if flight.stop is not None:
+                raise self._stopped(backend, flight) from None
             raise Retry(
                 504,
                 "first_byte_timeout",
@@ -184,6 +207,13 @@ class Relay:
         except UpstreamError as exc:
             raise Retry(502, exc.reason, f"Backend {backend.name} failed: {exc.detail}") from None
 
+    @staticmethod
+    def _stopped(backend: Backend, flight: Flight) -> Retry:
+        if flight.stop == "draining":
+            message = "The gateway is shutting down ([gateway].drain_timeout_s passed); send the request again."
+            return Retry(503, "draining", message, final=True)
+        return Retry(502, "ejected", f"Backend {backend.name} left the pool before it answered.")
+
     def _answer(self, out: Outcome, backend: Backend, resp: UpstreamResponse, first: bytes) -> Start | bytes | None:
         """What to send for an answer that is not a stream to relay (None: relay the stream)."""
         status = resp.status
@@ -191,10 +221,12 @@ class Relay:
             if not first:
                 resp.close()
                 raise Retry(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
+            self.outlier.success(backend)
             return None
         if status in RETRY_STATUSES:
             resp.close()
             raise Retry(502, str(status), f"Backend {backend.name} answered {status}: {first[:300]!r}")
+        self.outlier.success(backend)
         resp.release()
         out.replied = True
         if status != 200:
@@ -222,7 +254,9 @@ class Relay:
             out.usage = None
         return _json_start(200, body)
 
-    async def _stream(self, out: Outcome, resp: UpstreamResponse, first: bytes) -> AsyncIterator[Start | bytes]:
+    async def _stream(
+        self, out: Outcome, resp: UpstreamResponse, first: bytes, flight: Flight
+    ) -> AsyncIterator[Start | bytes]:
         out.first_s = time.monotonic()
         out.status = 200
         out.replied = True
@@ -230,6 +264,7 @@ class Relay:
         filt = SseFilter(strip_usage=not out.call.client_wants_usage)
         idle_s = self.settings.idle_timeout_s
         watch = IdleWatch(idle_s, resp.close)
+        flight.streaming(watch)
         try:
             if not out.started:
                 out.started = True
@@ -256,11 +291,11 @@ class Relay:
             clean = True
         except UpstreamError as exc:
             if watch.fired:
-                out.status = 504
-                message = f"The backend sent nothing for {idle_s} s ([gateway].idle_timeout_s); stream ended."
+                out.status, message = flight.ended(idle_s)
             else:
                 out.status = 502
                 message = f"The backend broke the stream: {exc.detail}"
+                self.outlier.failure(flight.backend, "broken")
             yield sse_error(message, code=out.status)
         finally:
             watch.cancel()

@@ -7,10 +7,13 @@ import contextlib
 import logging
 
 from gateway.auth import Authenticator
+from gateway.drain import Drain
+from gateway.flights import Flights
 from gateway.health import HealthMonitor
 from gateway.keystore import KeyStore
 from gateway.limits import Limiter, RateLimiter
 from gateway.metrics import GatewayMetrics, multiprocess_dir
+from gateway.outlier import OutlierDetector
 from gateway.pool import Router
 from gateway.relay import Relay
 from gateway.shared_limits import SharedLimiter
@@ -35,8 +38,13 @@ class Gateway:
         self.metrics.start_at_zero(self.router)
         self.limiter: Limiter = SharedLimiter(g.redis_url) if g.redis_url else RateLimiter()
         self.usage = UsageRecorder(self.store)
-        self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage)
-        self.monitor = HealthMonitor(self.router, self.client, timeout_s=min(g.connect_timeout_s, 2.0))
+        self.flights = Flights(g.eject_grace_s)
+        self.outlier = OutlierDetector(self.router, g, self.flights.take_out)
+        self.drain = Drain(self.flights, g.drain_timeout_s)
+        self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage, self.flights, self.outlier)
+        self.monitor = HealthMonitor(
+            self.router, self.client, min(g.connect_timeout_s, 2.0), self.flights.take_out, self.outlier.held_s
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -65,6 +73,7 @@ class Gateway:
             await asyncio.sleep(interval_s)
 
     async def stop(self) -> None:
+        await self.drain.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -43,6 +43,19 @@ class GatewaySection(Section):
     redis_url: str | None = Field(
         None, description="redis://host:port/db: rate limits shared by every gateway process using it"
     )
+    eject_grace_s: float = Field(
+        5.0, ge=0, description="a stream from a backend that left the pool ends after this long without a byte"
+    )
+    outlier_consecutive_errors: int = Field(
+        3, ge=0, description="connect errors, resets or 5xx in a row that eject a backend at once; 0 = off"
+    )
+    outlier_base_ejection_s: float = Field(
+        30.0, gt=0, description="first ejection's length; each repeat doubles it (up to outlier_max_ejection_s)"
+    )
+    outlier_max_ejection_s: float = Field(300.0, gt=0, description="the longest ejection")
+    drain_timeout_s: float = Field(
+        30.0, ge=0, description="on SIGTERM, streams in flight may finish for this long; the rest then end"
+    )
 
     @field_validator("redis_url")
     @classmethod

@@ -1,0 +1,101 @@
+"""The requests in flight at each backend, so that the gateway can act on them when a backend
+leaves the pool (ejection) or the gateway shuts down (drain).
+
+A `Flight` is one attempt of one request at one backend. While it waits for the first byte it
+holds the attempt's `asyncio.Timeout`: moving that to now ends the wait at once (the relay then
+retries elsewhere, or fails cleanly). Once it streams it holds the stream's `IdleWatch`:
+shortening that ends the stream with the SSE error event after a grace period without bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Literal
+
+from gateway.idle import IdleWatch
+from gateway.pool import Backend
+
+log = logging.getLogger("zerogap.gateway.flights")
+
+Why = Literal["ejected", "draining"]
+
+
+class Flight:
+    __slots__ = ("backend", "grace_s", "stop", "timeout", "watch")
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.timeout: asyncio.Timeout | None = None  # set while waiting for the first byte
+        self.watch: IdleWatch | None = None  # set while streaming
+        self.stop: Why | None = None  # why the gateway ends this attempt
+        self.grace_s = 0.0
+
+    def end(self, why: Why, grace_s: float) -> None:
+        """Stop waiting now; stop streaming after grace_s without a byte. A drain overrides an ejection."""
+        if self.stop == "draining" or (self.stop == why and grace_s >= self.grace_s):
+            return
+        self.stop, self.grace_s = why, grace_s
+        if self.watch is not None:
+            self.watch.shorten(grace_s)
+        elif self.timeout is not None:
+            self.timeout.reschedule(asyncio.get_running_loop().time())
+
+    def waiting(self, timeout: asyncio.Timeout) -> None:
+        """The attempt waits for its first byte within `timeout`."""
+        self.timeout = timeout
+        if self.stop is not None:
+            timeout.reschedule(asyncio.get_running_loop().time())
+
+    def streaming(self, watch: IdleWatch) -> None:
+        """The first byte came: from now on the stream's idle watch is what ends it."""
+        self.timeout = None
+        self.watch = watch
+        if self.stop is not None:  # ended between the first byte and the stream's start
+            watch.shorten(self.grace_s)
+
+    def ended(self, idle_s: float) -> tuple[int, str]:
+        """The status and message of a stream the gateway ended (idle, ejected backend, drain)."""
+        if self.stop == "draining":
+            return 503, "The gateway is shutting down ([gateway].drain_timeout_s passed); stream ended."
+        if self.stop == "ejected":
+            return 502, (
+                f"Backend {self.backend.name} left the pool and sent nothing for {self.grace_s:g} s "
+                "([gateway].eject_grace_s); stream ended."
+            )
+        return 504, f"The backend sent nothing for {idle_s} s ([gateway].idle_timeout_s); stream ended."
+
+
+class Flights:
+    """Every Flight in this process, by backend."""
+
+    def __init__(self, eject_grace_s: float) -> None:
+        self.eject_grace_s = eject_grace_s
+        self._by_backend: dict[Backend, set[Flight]] = {}
+
+    def open(self, backend: Backend) -> Flight:
+        flight = Flight(backend)
+        self._by_backend.setdefault(backend, set()).add(flight)
+        return flight
+
+    def close(self, flight: Flight) -> None:
+        self._by_backend[flight.backend].discard(flight)
+
+    def __len__(self) -> int:
+        return sum(len(fs) for fs in self._by_backend.values())
+
+    def take_out(self, backend: Backend, reason: str) -> None:
+        """The backend leaves the pool: its first-byte waiters are retried elsewhere now, its
+        streams end after eject_grace_s without a byte."""
+        if backend.healthy:
+            log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
+        backend.healthy = False
+        for flight in list(self._by_backend.get(backend, ())):
+            flight.end("ejected", self.eject_grace_s)
+
+    def end_all(self) -> int:
+        """The drain's deadline: every attempt still in flight ends now. Returns how many."""
+        flights = [f for fs in self._by_backend.values() for f in fs]
+        for flight in flights:
+            flight.end("draining", 0.0)
+        return len(flights)
