@@ -1,0 +1,163 @@
+"""Backend faults under load, with real backends on free ports: what each client sees, and how soon.
+
+The health check here runs every 0.2 s with a 1 s timeout (connect_timeout_s), so a frozen
+backend is out of the pool within HEALTH_S; eject_grace_s is 0.5 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+from backends.sim.testing import run_sim_process
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.gateway.faults import Proc, mute_listener, one, resume_and_stop, session, stream_body, upstream_process
+from tests.gateway.helpers import GatewayServer, get, make_config, metric, wait_until
+
+FAST = {"health_interval_s": 0.2, "connect_timeout_s": 1.0, "eject_grace_s": 0.5, "load_scrape_interval_s": 60}
+HEALTH_S = 0.2 + 1.0  # the longest a frozen backend stays in the pool: interval + the check's timeout
+GRACE_S = 0.5
+MARGIN_S = 1.0  # a loaded 2-core machine
+
+
+async def test_sigstop_while_waiting_for_the_first_byte_retries_elsewhere(tmp_path) -> None:
+    with upstream_process("--ttft-s", "6") as frozen, upstream_process("--interval-s", "0.01") as ok:
+        config = make_config(tmp_path, [("a", frozen.url, "m"), ("b", ok.url, "m")], FAST)
+        with GatewayServer(config) as gs:
+            a = gs.gw.router.backends[0]
+            async with session() as s:
+                tasks = [asyncio.create_task(one(s, gs.url, stream_body(8), 10)) for _ in range(16)]
+                assert await wait_until(lambda: a.num_inflight >= 6, 5)
+                num_on_a = a.num_inflight
+                frozen.signal(signal.SIGSTOP)
+                stopped_s = time.monotonic()
+                seen = await asyncio.gather(*tasks)
+            _, text = await get(gs.url + "/metrics")
+    assert all(r.finished and r.num_tokens == 8 for r in seen), [r.raw[-200:] for r in seen if not r.finished]
+    late_s = max(r.end_s for r in seen) - stopped_s
+    assert late_s < HEALTH_S + MARGIN_S, f"the waiters at the frozen backend took {late_s:.2f} s to be retried"
+    assert metric(text, "zerogap_retries_total", backend="b") == num_on_a
+    assert metric(text, "zerogap_upstream_errors_total", backend="a", status="ejected") == num_on_a
+
+
+async def test_sigstop_while_streaming_ends_those_streams_after_the_grace(tmp_path) -> None:
+    slow = ("--time-scale", "10")
+    with run_sim_process(*slow, model="m") as frozen, run_sim_process(*slow, model="m") as ok:
+        config = make_config(tmp_path, [("a", frozen.url, "m"), ("b", ok.url, "m")], FAST)
+        with GatewayServer(config) as gs:
+            a = gs.gw.router.backends[0]
+            async with session() as s:
+                tasks = [asyncio.create_task(one(s, gs.url, stream_body(64), 12)) for _ in range(12)]
+                assert await wait_until(lambda: a.num_inflight >= 4, 5)
+                await asyncio.sleep(0.5)  # they stream (the sim: ~55 ms a token here)
+                num_on_a = a.num_inflight
+                try:
+                    Proc(frozen.proc, frozen.port).signal(signal.SIGSTOP)
+                    stopped_s = time.monotonic()
+                    seen = await asyncio.gather(*tasks)
+                finally:
+                    resume_and_stop(frozen.proc)
+    ended = [r for r in seen if not r.finished]
+    assert len(ended) == num_on_a and len(seen) - len(ended) == 12 - num_on_a
+    for r in ended:  # a clean end: the error event, then [DONE], after the tokens that came
+        assert r.status == 200 and r.raw.rstrip().endswith(b"data: [DONE]") and 1 < r.num_chunks < 64
+        assert r.error is not None and r.error["code"] == 502 and "left the pool" in r.error["message"]
+        assert r.end_s - stopped_s < HEALTH_S + GRACE_S + MARGIN_S, f"ended {r.end_s - stopped_s:.2f} s after SIGSTOP"
+        assert r.end_s - stopped_s > GRACE_S
+
+
+async def test_sigkill_ends_its_streams_and_the_rest_go_elsewhere(tmp_path) -> None:
+    args = ("--interval-s", "0.05")
+    with upstream_process(*args) as doomed, upstream_process(*args) as ok:
+        config = make_config(tmp_path, [("a", doomed.url, "m"), ("b", ok.url, "m")], FAST)
+        with GatewayServer(config) as gs:
+            a = gs.gw.router.backends[0]
+            async with session() as s:
+                first = [asyncio.create_task(one(s, gs.url, stream_body(40), 10)) for _ in range(16)]
+                assert await wait_until(lambda: a.num_inflight >= 6, 5)
+                await asyncio.sleep(0.3)
+                num_on_a = a.num_inflight
+                doomed.signal(signal.SIGKILL)
+                killed_s = time.monotonic()
+                later = [asyncio.create_task(one(s, gs.url, stream_body(4), 10)) for _ in range(16)]
+                seen, after = await asyncio.gather(*first), await asyncio.gather(*later)
+    broken = [r for r in seen if not r.finished]
+    assert len(broken) == num_on_a
+    for r in broken:
+        assert r.status == 200 and r.raw.rstrip().endswith(b"data: [DONE]") and r.error is not None
+        assert r.error["code"] == 502 and r.end_s - killed_s < MARGIN_S
+    assert all(r.finished for r in after), "requests after the kill are retried on the other backend"
+    assert max(r.end_s for r in after) - killed_s < 1 + MARGIN_S
+
+
+async def test_backend_that_accepts_and_never_answers(tmp_path) -> None:
+    with UpstreamServer(model="m") as mute, UpstreamServer(Behavior(interval_s=0.01), model="m") as ok:
+        config = make_config(tmp_path, [("a", mute.url, "m"), ("b", ok.url, "m")], FAST)
+        with GatewayServer(config) as gs:
+            a = gs.gw.router.backends[0]
+            mute.stop()
+            with mute_listener(mute.port):  # same port: handshakes complete, no byte ever comes back
+                async with session() as s:
+                    t0_s = time.monotonic()
+                    tasks = [asyncio.create_task(one(s, gs.url, stream_body(4), 10)) for _ in range(16)]
+                    assert await wait_until(lambda: a.num_inflight >= 4, 5)
+                    seen = await asyncio.gather(*tasks)
+                _, text = await get(gs.url + "/metrics")
+    assert all(r.finished for r in seen)
+    assert max(r.end_s for r in seen) - t0_s < HEALTH_S + MARGIN_S
+    assert metric(text, "zerogap_retries_total", backend="b") >= 4
+
+
+async def test_three_503s_eject_at_once_for_a_doubling_time(tmp_path) -> None:
+    settings = {**FAST, "health_interval_s": 0.1, "outlier_base_ejection_s": 0.6, "outlier_max_ejection_s": 5}
+    with UpstreamServer(Behavior(fail_status=503, num_failures=3), model="m") as bad, UpstreamServer(model="m") as ok:
+        config = make_config(tmp_path, [("a", bad.url, "m"), ("b", ok.url, "m")], settings)
+        with GatewayServer(config) as gs:
+            a = gs.gw.router.backends[0]
+            held_s = []
+            async with session() as s:
+                for _ in range(2):
+                    seen = await asyncio.gather(*(one(s, gs.url, stream_body(2)) for _ in range(12)))
+                    assert all(r.finished for r in seen), "each 503 is retried on the other backend"
+                    assert bad.behavior.num_failures == 0 and not a.healthy  # out although /health says 200
+                    out_s = time.monotonic()
+                    assert await wait_until(lambda: a.healthy, 5)
+                    held_s.append(time.monotonic() - out_s)
+                    bad.behavior.num_failures = 3
+            _, text = await get(gs.url + "/metrics")
+    num_503 = metric(text, "zerogap_upstream_errors_total", backend="a", status="503")
+    num_moved = metric(text, "zerogap_upstream_errors_total", backend="a", status="ejected")  # waiting there then
+    assert num_503 == 6 and metric(text, "zerogap_retries_total", backend="b") == num_503 + num_moved
+    assert 0.5 < held_s[0] < 0.6 + 0.1 + MARGIN_S / 2, held_s  # the base ejection time
+    assert 1.1 < held_s[1] < 1.2 + 0.1 + MARGIN_S / 2, held_s  # doubled on the repeat
+
+
+async def test_the_last_healthy_backend_is_never_ejected(tmp_path) -> None:
+    with UpstreamServer(Behavior(fail_status=503, num_failures=4), model="m") as only:
+        config = make_config(tmp_path, [("a", only.url, "m")], {**FAST, "max_retries": 0})
+        with GatewayServer(config) as gs:
+            async with session() as s:
+                seen = [await one(s, gs.url, stream_body(2)) for _ in range(5)]
+            backend = gs.gw.router.backends[0]
+            assert backend.healthy
+    assert [r.status for r in seen] == [502] * 4 + [200]
+    assert "answered 503" in (seen[0].error or {}).get("message", "")
+
+
+async def test_least_load_sends_less_to_a_backend_5x_slower(tmp_path) -> None:
+    fast, slow = Behavior(ttft_s=0.02, interval_s=0.01), Behavior(ttft_s=0.1, interval_s=0.05)
+    with UpstreamServer(fast, model="m") as a, UpstreamServer(slow, model="m") as b:
+        config = make_config(tmp_path, [("fast", a.url, "m"), ("slow", b.url, "m")], {"load_scrape_interval_s": 0.1})
+        with GatewayServer(config) as gs:
+            deadline_s = time.monotonic() + 3
+
+            async def client() -> None:
+                async with session() as s:
+                    while time.monotonic() < deadline_s:
+                        assert (await one(s, gs.url, stream_body(10))).finished
+
+            await asyncio.gather(*(client() for _ in range(16)))
+    share = len(b.requests) / (len(a.requests) + len(b.requests))
+    # Equal requests in flight at each: the slow one serves about 1/6 of them (round-robin: 1/2).
+    assert share < 0.3, f"the 5x slower backend got {share:.0%} of {len(a.requests) + len(b.requests)} requests"
