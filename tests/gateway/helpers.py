@@ -17,6 +17,7 @@ from gateway.app import create_app
 from gateway.state import Gateway
 from gateway.upstream import UpstreamClient
 from tests.conftest import free_port
+from tests.sse import data_payloads
 from zerogap.config import Config, parse_config
 from zerogap.promtext import sum_samples
 
@@ -112,7 +113,7 @@ async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, byt
 
 def events(raw: bytes) -> list[str]:
     """The data: payloads of an SSE body."""
-    return [e[6:] for e in raw.decode().split("\n\n") if e.startswith("data: ")]
+    return data_payloads(raw)
 
 
 def error_of(raw: bytes) -> dict[str, Any]:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.sse import DONE, data_of
+from zerogap.promtext import iter_samples
 
 
 @dataclass
@@ -41,13 +43,13 @@ async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any])
         assert response.status == 200, await response.text()
         assert response.headers["Content-Type"].startswith("text/event-stream")
         async for raw in response.content:
-            line = raw.strip()
-            if not line.startswith(b"data: "):
+            payload = data_of(raw)
+            if payload is None:
                 continue
-            if line == b"data: [DONE]":
+            if payload == DONE:
                 result.done = True
                 continue  # read to the end so that the connection is reused
-            event = json.loads(line[6:])
+            event = json.loads(payload)
             if result.first_event_s is None:
                 result.first_event_s = time.monotonic()
             if _has_token(event):
@@ -61,9 +63,8 @@ async def metrics(session: aiohttp.ClientSession, base: str) -> dict[str, float]
     async with session.get(f"{base}/metrics") as response:
         text = await response.text()
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            out[f"{sample.name}{{{labels}}}"] = sample.value
-            out.setdefault(sample.name, sample.value)
+    for sample in iter_samples(text):
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+        out[f"{sample.name}{{{labels}}}"] = sample.value
+        out.setdefault(sample.name, sample.value)
     return out
