@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadtest._diagnosis import headline
+
 
 def _ms(figures: dict[str, Any], key: str = "p50") -> str:
     value = figures.get(key) if figures else None
@@ -52,6 +54,11 @@ def table(report: dict[str, Any]) -> str:
             f"{_interval(step, 'token_interval_ms'):>6} {_interval(step, 'cpu_interval_ms'):>6} "
             f"{step['goodput_rps']:>7.2f} {step['requests_failed']:>5} {'yes' if step['valid'] else 'NO':>5}"
         )
+    for entry in report.get("diagnosis") or []:
+        load = entry.get("request_rate", entry["concurrency"])
+        lines.append(f"{load:>14g} limit {entry['limit']}: {entry['evidence']}")
+        if entry["limit"] != "none":
+            lines.append(f"{'':>14} try: {entry['advice']}")
     knee = report.get("knee")
     lines.append(f"knee: {knee['text']}" if knee else "knee: none (TPS still grows by 10% or more per step)")
     sources = {step["token_count_source"] for step in report["steps"]}
@@ -63,4 +70,6 @@ def table(report: dict[str, Any]) -> str:
             "CPU: the CPU work per step, hidden behind the forward or not (both from the backends, ms)"
         )
     lines.append("latencies in ms (0.1 ms resolution)")
+    if report.get("diagnosis"):
+        lines.append(headline(report["diagnosis"]))
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest._console import load_text
+from loadtest._diagnosis import diagnose, headline
 from loadtest._plan import Plan
 from loadtest._record import INTERRUPTED, Recorder
 from loadtest._settings import OutputSection, Settings
@@ -62,6 +63,7 @@ def write_run(
         "slo": settings.slo.model_dump(),
         "steps": summary["steps"],
         "knee": summary["knee"],
+        "diagnosis": summary["diagnosis"],
         "errors": _errors(recorder),
         "totals": _totals(recorder),
     }
@@ -168,12 +170,27 @@ def steps_table(steps: list[dict[str, Any]], label: str = "") -> str:
 STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:13px}"
     "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
-    ".note{color:#555}"
+    ".note{color:#555}table.diagnosis td{text-align:left}"
 )
 
 
+def diagnosis_of(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """report.json's diagnosis; for a report written before there was one, worked out from its steps."""
+    found = report.get("diagnosis")
+    return found if isinstance(found, list) else diagnose(report["steps"])
+
+
+def diagnosis_table(report: dict[str, Any]) -> str:
+    lines = ["<table class=diagnosis><tr><th>load</th><th>limit</th><th>evidence</th><th>advice</th></tr>"]
+    for entry in diagnosis_of(report):
+        cells = "".join(f"<td>{html.escape(str(entry[k]))}</td>" for k in ("limit", "evidence", "advice"))
+        lines.append(f"<tr><td>{_cell(entry.get('request_rate', entry['concurrency']))}</td>{cells}</tr>")
+    lines.append("</table>")
+    return "\n".join(lines)
+
+
 def notes(report: dict[str, Any]) -> list[str]:
-    out = []
+    out = [headline(diagnosis_of(report))]
     knee = report.get("knee")
     out.append(f"Knee: {knee['text']}." if knee else "Knee: none found; TPS still grows 10% or more per step.")
     for step in report["steps"]:
@@ -192,6 +209,8 @@ def page(title: str, report: dict[str, Any], images: list[str]) -> str:
     body = [f"<h1>{html.escape(title)}</h1>", f"<p class=note>{html.escape(facts)}</p>"]
     body += [f"<p>{html.escape(text)}</p>" for text in notes(report)]
     body.append(steps_table(report["steps"]))
+    body.append("<h2>Why TPS stops growing</h2>")
+    body.append(diagnosis_table(report))
     body += [f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' for name in images]
     body.append("<p class=note>Latencies in ms at 0.1 ms resolution, over each step's measured window.</p>")
     return f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>" \

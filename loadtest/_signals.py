@@ -20,6 +20,7 @@ WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 TOKEN_INTERVAL = "zerogap_sim_token_interval_seconds"  # the GPU's idle gap between two forwards
 CPU_INTERVAL = "zerogap_sim_cpu_interval_seconds"  # the CPU work per step, hidden or not
+PREEMPTIONS = "vllm:num_preemptions_total"
 
 
 @dataclass
@@ -54,6 +55,26 @@ def scrape_backends(urls: list[str], names: set[str], timeout_s: float) -> Backe
         for name, value in per_backend.items():
             scrape.values.setdefault(name, []).append(value)
     return scrape
+
+
+def models_url(metrics_url: str) -> str:
+    """A backend's /v1/models, next to its /metrics."""
+    parts = urllib.parse.urlsplit(metrics_url)
+    path = parts.path.removesuffix("metrics").rstrip("/") + "/v1/models"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def scheduler_cap(metrics_urls: list[str], timeout_s: float) -> int | None:
+    """The engines' summed max_num_seqs, where every one says it in /v1/models (the sim does;
+    vLLM does not: None, and the diagnosis infers the cap from a flat running count)."""
+    total = 0
+    for url in metrics_urls:
+        try:
+            card = json.loads(_get(models_url(url), timeout_s))["data"][0]
+            total += int(card["max_num_seqs"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError, urllib.error.URLError):
+            return None
+    return total or None
 
 
 class GpuUtil:

@@ -11,6 +11,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from loadtest._diagnosis import diagnose
 from loadtest._histogram import Histogram
 from loadtest._plan import Phase, Plan
 from loadtest._record import INTERRUPTED, Recorder, RequestRecord
@@ -133,13 +134,29 @@ def summarize_step(
         send_lag_ms=lag.summary() if plan.open_loop else None,
         token_interval_ms=interval,
         cpu_interval_ms=cpu_interval,
-        backend={
-            "running_mean": _mean([s.running for s in inside]),
-            "waiting_mean": _mean([s.waiting for s in inside]),
-            "kv_cache_usage_mean": _mean([s.kv_cache_usage for s in inside]),
-        },
+        backend=_backend(inside),
     )
     return step
+
+
+def _max(values: list[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return round(max(found), 3) if found else None
+
+
+def _backend(inside: list[Sample]) -> dict[str, Any]:
+    """The engines' signals over the window, for the diagnosis."""
+    preempted = [s.preemptions_total for s in inside if s.preemptions_total is not None]
+    caps = [s.max_num_seqs for s in inside if s.max_num_seqs is not None]
+    return {
+        "running_mean": _mean([s.running for s in inside]),
+        "running_max": _max([s.running for s in inside]),
+        "waiting_mean": _mean([s.waiting for s in inside]),
+        "kv_cache_usage_mean": _mean([s.kv_cache_usage for s in inside]),
+        "kv_cache_usage_max": _max([s.kv_cache_usage for s in inside]),
+        "preemptions": preempted[-1] - preempted[0] if len(preempted) > 1 else None,
+        "max_num_seqs": caps[-1] if caps else None,
+    }
 
 
 def find_knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -169,4 +186,4 @@ def summarize_run(
         for phase in plan.steps
         if (step := summarize_step(settings, plan, phase, run_start, run_end, recorder, samples)) is not None
     ]
-    return {"steps": steps, "knee": find_knee(steps)}
+    return {"steps": steps, "knee": find_knee(steps), "diagnosis": diagnose(steps)}

@@ -15,7 +15,17 @@ from loadtest._histogram import Histogram
 from loadtest._plan import Plan
 from loadtest._record import Recorder
 from loadtest._settings import MetricsSection
-from loadtest._signals import CPU_INTERVAL, KV_USAGE, RUNNING, TOKEN_INTERVAL, WAITING, GpuUtil, scrape_backends
+from loadtest._signals import (
+    CPU_INTERVAL,
+    KV_USAGE,
+    PREEMPTIONS,
+    RUNNING,
+    TOKEN_INTERVAL,
+    WAITING,
+    GpuUtil,
+    scheduler_cap,
+    scrape_backends,
+)
 
 
 @dataclass
@@ -29,6 +39,8 @@ class Sample:
     kv_cache_usage: float | None
     token_interval_ms: float | None  # the GPU's idle gap between two forwards
     cpu_interval_ms: float | None = None  # the CPU work per step, hidden or not
+    preemptions_total: float | None = None
+    max_num_seqs: int | None = None  # the engines' summed cap, where they say it
 
 
 class Sampler:
@@ -37,8 +49,16 @@ class Sampler:
     def __init__(self, metrics: MetricsSection) -> None:
         self.metrics = metrics
         self.gpu = GpuUtil(metrics)
-        self.names = {RUNNING, WAITING, KV_USAGE, TOKEN_INTERVAL, CPU_INTERVAL} | self.gpu.metric_names()
+        self.names = {RUNNING, WAITING, KV_USAGE, TOKEN_INTERVAL, CPU_INTERVAL, PREEMPTIONS} | self.gpu.metric_names()
         self.samples: list[Sample] = []
+        self.cap: int | None = None
+        self.cap_tries = 3  # asked until known, a few times at most
+
+    def _cap(self) -> int | None:
+        if self.cap is None and self.cap_tries > 0 and self.metrics.backend_metrics_urls:
+            self.cap_tries -= 1
+            self.cap = scheduler_cap(self.metrics.backend_metrics_urls, self.metrics.scrape_timeout_seconds)
+        return self.cap
 
     def sample(self, users: int) -> Sample:
         wall = time.time()
@@ -54,7 +74,9 @@ class Sampler:
             waiting=scrape.total(WAITING),
             kv_cache_usage=scrape.mean(KV_USAGE),
             token_interval_ms=None if interval is None else interval * 1000.0,
+            preemptions_total=scrape.total(PREEMPTIONS),
             cpu_interval_ms=None if cpu_interval is None else cpu_interval * 1000.0,
+            max_num_seqs=self._cap(),
         )
         self.samples.append(sample)
         return sample
@@ -76,6 +98,7 @@ COLUMNS = [
     "kv_cache_usage",
     "token_interval_ms",
     "cpu_interval_ms",
+    "preemptions_total",
     "loadgen_cpu_percent",
 ]
 
@@ -124,6 +147,7 @@ def build_rows(samples: list[Sample], recorder: Recorder, plan: Plan, run_start:
                 "kv_cache_usage": values["kv_cache_usage"],
                 "token_interval_ms": values["token_interval_ms"],
                 "cpu_interval_ms": values["cpu_interval_ms"],
+                "preemptions_total": values["preemptions_total"],
                 "loadgen_cpu_percent": None if cpu is None else round(cpu, 1),
             }
         )

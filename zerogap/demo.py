@@ -10,22 +10,17 @@ out, Ctrl-C included.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import secrets
 import signal
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import loadtest
 from loadtest import ReportError, read_report, render_comparison, table
 from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.demo_stack import KEY_ENV, POOLS, Pool, Stack, harness_settings
+from zerogap.locust_run import run_locust
 from zerogap.net import free_port
 
 
@@ -52,68 +47,18 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-_deferred: list[int] = []
-
-
-def _defer(signum: int, frame: object) -> None:
-    _deferred.append(signum)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C / SIGTERM while a child starts; `_raise_if_deferred` delivers them."""
-    previous = {sig: signal.signal(sig, _defer) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _raise_if_deferred() -> None:
-    if _deferred:
-        _deferred.clear()
-        raise KeyboardInterrupt
-
-
-def _relay_progress(proc: subprocess.Popen[str], log_path: Path) -> None:
-    """The harness's output into its log; its one-line-per-step progress onto the console."""
-    assert proc.stdout is not None
-    with log_path.open("w", encoding="utf-8") as log:
-        for line in proc.stdout:
-            log.write(line)
-            if line.startswith("zerogap step"):
-                print("  " + line.rstrip(), flush=True)
-
-
 def run_harness(pool: Pool, args: argparse.Namespace, stack: Stack, out_dir: Path) -> Path:
     """One stepped Locust run against one pool; returns its run folder."""
     settings = out_dir / f"settings-{pool.name}.json"
     settings.write_text(harness_settings(pool, args, stack.gateway_port, out_dir), encoding="utf-8")
-    locust_dir = Path(next(iter(loadtest.__path__))).resolve()
-    argv = [sys.executable, "-m", "locust", "-f", str(locust_dir), "--headless", "--settings", str(settings)]
     env = {**os.environ, KEY_ENV: stack.key}
     print(f"\n== {pool.name}: {pool.blurb} (steps {args.steps}, {args.step_seconds:g} s each) ==", flush=True)
     log_path = out_dir / "logs" / f"locust-{pool.name}.log"
-    with _interrupts_deferred():  # a Ctrl-C now lands after `proc` exists, so it is never left running
-        proc = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        relay = threading.Thread(target=_relay_progress, args=(proc, log_path), daemon=True)
-        relay.start()
-    try:
-        _raise_if_deferred()
-        while proc.poll() is None:  # the main thread stays free to take Ctrl-C / SIGTERM
-            time.sleep(0.2)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.wait(30)
-        relay.join(5)
+    returncode = run_locust(settings, env, log_path)
     run_dir = out_dir / pool.name
     # Locust exits 1 when any request failed: the run still counts (its report says how many).
-    if proc.returncode not in (0, 1) or not (run_dir / "report.json").exists():
-        raise RuntimeError(f"the load test against {pool.name} failed (exit {proc.returncode}); see {log_path}")
+    if returncode not in (0, 1) or not (run_dir / "report.json").exists():
+        raise RuntimeError(f"the load test against {pool.name} failed (exit {returncode}); see {log_path}")
     return run_dir
 
 

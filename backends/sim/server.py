@@ -124,6 +124,8 @@ async def _models(request: web.Request) -> web.Response:
         "root": settings.model,
         "parent": None,
         "max_model_len": settings.max_model_len,
+        "max_num_seqs": settings.max_num_seqs,  # the scheduler's caps: the load test's diagnosis reads them
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
     }
     return web.json_response({"object": "list", "data": [card]})
 
