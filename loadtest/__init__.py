@@ -9,14 +9,18 @@ Locust or gevent, so reading and rendering reports stays cheap.
 
 from loadtest._compare import render_comparison
 from loadtest._console import table
+from loadtest._diagnosis import LIMITS, diagnose, headline
 from loadtest._report import ReportError, read_report, render_run
 from loadtest._report_cli import main as report_main
 from loadtest._settings import Settings, SettingsError, load_settings, parse_settings
 
 __all__ = [
+    "LIMITS",
     "ReportError",
     "Settings",
     "SettingsError",
+    "diagnose",
+    "headline",
     "load_settings",
     "parse_settings",
     "read_report",

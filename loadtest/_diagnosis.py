@@ -24,7 +24,8 @@ LIMITS = (
 )
 TPS_GROWTH = 0.10  # TPS still grows: the next step has 10% more (the knee's threshold)
 ERROR_SHARE = 0.02  # 2% of requests failed
-WAITING_MIN = 1.0  # requests queued at the engines, mean over the window
+WAITING_MIN = 1.0  # requests queued at the engines, mean over the window, at least ...
+WAITING_SHARE = 0.10  # ... and 10% of the users (a few arrivals between two steps are no queue)
 CAP_FULL = 0.90  # running >= 90% of the cap
 KV_FULL = 0.90  # KV-cache usage >= 90%
 GPU_BUSY_PCT = 85.0  # GPU busy at or above: compute-bound
@@ -85,7 +86,10 @@ class Step:
         return ", ".join(parts) if parts else "no server signals (set metrics.backend_metrics_urls)"
 
     def queued(self) -> bool:
-        return self.waiting is not None and self.waiting >= WAITING_MIN
+        if self.waiting is None:
+            return False
+        base = self.users or (self.waiting + (self.running or 0.0))
+        return self.waiting >= max(WAITING_MIN, WAITING_SHARE * base)
 
 
 def _errors(s: Step) -> tuple[str, str] | None:
@@ -123,7 +127,8 @@ def _still_growing(s: Step) -> tuple[str, str] | None:
 def _kv_cache(s: Step) -> tuple[str, str] | None:
     below_cap = s.cap is not None and s.running is not None and s.running < CAP_FULL * s.cap
     full = s.kv is not None and s.kv >= KV_FULL
-    if not (s.preemptions > 0 or (s.queued() and (full or below_cap))):
+    held = full or (s.kv is None and below_cap)  # a KV usage that is known and low holds nothing back
+    if not (s.preemptions > 0 or (s.queued() and held)):
         return None
     return (
         f"the KV cache holds the batch: {s.figures()}",
@@ -164,19 +169,25 @@ def _gateway(s: Step) -> tuple[str, str] | None:
 
 
 def _prefill(s: Step) -> tuple[str, str] | None:
-    if s.before is None or s.queued():
+    advice = "[scheduler] max_num_batched_tokens higher (more prefill per step); TPOT jitter: enable_chunked_prefill"
+    if s.queued():
+        room = s.cap is not None and s.running is not None and s.running < CAP_FULL * s.cap
+        if room and s.kv is not None and s.kv < KV_FULL:
+            return (f"requests wait while the batch and the KV cache have room: prefill admits them slowly; "
+                    f"{s.figures()}", advice)  # fmt: skip
+        return None
+    if s.before is None:
         return None
     ttft, ttft_before = _num(s.raw["ttft_ms"].get("p50")), _num(s.before["ttft_ms"].get("p50"))
     tpot, tpot_before = _num(s.raw["tpot_ms"].get("p50")), _num(s.before["tpot_ms"].get("p50"))
-    if None in (ttft, ttft_before, tpot, tpot_before) or not ttft_before or not tpot_before:
+    if ttft is None or tpot is None or not ttft_before or not tpot_before:
         return None
-    assert ttft is not None and tpot is not None
     if ttft < TTFT_GROWTH * ttft_before or tpot >= TPOT_HOLDS * tpot_before:
         return None
     return (
         f"TTFT p50 {ttft_before:.1f} -> {ttft:.1f} ms while TPOT p50 holds ({tpot_before:.1f} -> {tpot:.1f} ms): "
         f"prefill is squeezed by decode; {s.figures()}",
-        "[scheduler] max_num_batched_tokens higher (more prefill per step); TPOT jitter: enable_chunked_prefill",
+        advice,
     )
 
 

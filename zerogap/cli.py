@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("gateway.keys_cli", "create, list and revoke virtual keys"),
     "sim": ("backends.sim.cli", "one simulated engine; `sim plan` runs a load plan in virtual time"),
     "backends": ("backends.cli", "`backends up`: start the pool config.toml describes"),
+    "tune": ("zerogap.tune.cli", "try engine settings on a pool (or in virtual time), rank by goodput, say why"),
     "tiny-model": ("backends.tiny_model", "build a tiny random Llama + tokenizer locally"),
     "report": ("loadtest:report_main", "(re)render a run's report; two runs side by side"),
     "demo": ("zerogap.demo", "the whole loop on one command, no GPU needed"),

@@ -55,10 +55,14 @@ def test_batch_cap_known_or_inferred_and_kv_cache() -> None:
     assert limit(capped) == "batch_cap"
     assert "max_num_seqs" in diagnose_step(capped, None, None)["advice"]
     assert limit(step(running=16.0, waiting=48.0)) == "batch_cap"  # no cap known: the flat running count
-    assert limit(step(running=12.0, waiting=52.0, cap=256)) == "kv_cache"  # waiting below the cap
+    assert limit(step(running=12.0, waiting=52.0, cap=256, kv=None)) == "kv_cache"  # waiting below the cap
+    assert limit(step(running=12.0, waiting=52.0, cap=256, kv=0.3, gpu=40.0)) == "prefill"  # KV has room
     assert limit(step(running=16.0, waiting=48.0, kv=0.97)) == "kv_cache"
     assert limit(step(running=64.0, waiting=0.0, gpu=95.0, preemptions=3)) == "kv_cache"
     assert limit(step(users=16, running=16.0, waiting=0.4, cap=16, gpu=95.0)) == "compute"  # no real queue
+    # a few arrivals between two steps (under 10% of the users) are no queue
+    assert limit(step(running=61.7, waiting=2.3, cap=128, kv=None, gpu=59.0)) == "token_interval"
+    assert limit(step(running=57.0, waiting=6.5, cap=128, kv=None, gpu=59.0)) == "kv_cache"
 
 
 def test_token_interval_compute_and_none() -> None:

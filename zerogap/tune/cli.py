@@ -1,0 +1,133 @@
+"""`zerogap tune [--config F] [--engine sim|vllm] --grid NAME=V1,V2 ... [--steps 32,128,256]
+[--step-seconds S] [--slo ttft_ms=..,tpot_ms=..] [--virtual] [--out DIR]`."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from zerogap.argtypes import concurrency_list, positive_float, positive_int
+from zerogap.config import ConfigError, load_config
+from zerogap.config.model import Config
+from zerogap.tune.grid import Candidate, candidates, parse_axis
+from zerogap.tune.plan import TunePlan
+from zerogap.tune.rank import Result, rank
+from zerogap.tune.render import table, write_all
+from zerogap.tune.runner import run_real
+from zerogap.tune.toml_text import paste_lines
+from zerogap.tune.virtual import run_virtual
+
+DEFAULT_SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0}  # the load test's own defaults (settings.json slo)
+
+
+def slo_arg(text: str) -> dict[str, float]:
+    """'ttft_ms=500,tpot_ms=50' -> {"ttft_ms": 500.0, "tpot_ms": 50.0} (either may be left out)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        if name not in DEFAULT_SLO:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: give ttft_ms=N and/or tpot_ms=N, e.g. ttft_ms=2000,tpot_ms=100"
+            )
+        out[name] = positive_float(value)
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zerogap tune", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=None, help="config.toml (default ./config.toml if present)")
+    parser.add_argument("--engine", choices=["sim", "vllm"], default="vllm", help="vllm (default) or sim (no GPU)")
+    parser.add_argument(
+        "--grid", action="append", required=True, metavar="NAME=V1,V2", help="a [scheduler]/[token_interval]/"
+        "[engine]/[sim] field and the values to try (repeat for more fields; every combination runs)",
+    )  # fmt: skip
+    parser.add_argument("--steps", type=concurrency_list, default=[32, 128, 256], help="concurrencies (32,128,256)")
+    parser.add_argument("--step-seconds", type=positive_float, default=60.0, help="hold each step (default 60)")
+    parser.add_argument("--measure-seconds", type=positive_float, default=None, help="measure its last N s (2/3)")
+    parser.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up at the first step (default 5)")
+    parser.add_argument("--slo", type=slo_arg, default={}, help="ttft_ms=N,tpot_ms=N (default 2000 and 100)")
+    parser.add_argument("--input-tokens", type=positive_int, default=128, help="prompt tokens (default 128)")
+    parser.add_argument("--output-tokens", type=positive_int, default=64, help="output tokens (default 64)")
+    parser.add_argument("--virtual", action="store_true", help="sim only: every candidate in virtual time")
+    parser.add_argument("--out", type=Path, default=None, help="folder (default runs/tune-<UTC time>)")
+    return parser
+
+
+def _config(path: Path | None) -> Config:
+    if path is None and not Path("config.toml").is_file():
+        return Config()
+    return load_config(path or Path("config.toml"), strict_env=False)  # [server].api_key is the gateway's
+
+
+def _plan(args: argparse.Namespace) -> TunePlan:
+    slo = {**DEFAULT_SLO, **args.slo}
+    measure = args.measure_seconds or args.step_seconds * 2 / 3
+    if measure > args.step_seconds:
+        raise ConfigError(f"--measure-seconds {measure:g} is longer than --step-seconds {args.step_seconds:g}.")
+    if args.virtual and args.engine != "sim":
+        raise ConfigError("--virtual runs the simulated engine's model: add --engine sim.")
+    return TunePlan(
+        args.engine, tuple(args.steps), args.step_seconds, measure, max(0.0, args.warmup_seconds),
+        args.input_tokens, args.output_tokens, slo["ttft_ms"], slo["tpot_ms"], args.virtual,
+    )  # fmt: skip
+
+
+def _run_all(found: list[Candidate], plan: TunePlan, out_dir: Path) -> list[Result]:
+    results = []
+    for i, candidate in enumerate(found, 1):
+        print(f"zerogap tune [{i}/{len(found)}] {candidate.label}: running", flush=True)
+        if plan.virtual:
+            result = run_virtual(candidate, plan)
+        else:
+            result = run_real(candidate, plan, out_dir, f"candidate{i}")
+        j = result.as_json()
+        print(
+            f"zerogap tune [{i}/{len(found)}] {candidate.label}: goodput {j['goodput_rps']} req/s, output "
+            f"{j['output_tps']} tok/s at {j['best_concurrency']:g}, limit {j['limit']} ({result.elapsed_s:.1f} s)",
+            flush=True,
+        )
+        results.append(result)
+    return results
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        plan = _plan(args)
+        found = candidates(_config(args.config), [parse_axis(item) for item in args.grid])
+    except ConfigError as exc:
+        print(f"zerogap tune: {exc}", file=sys.stderr)
+        return 2
+    out_dir: Path = (args.out or Path("runs") / datetime.now(UTC).strftime("tune-%Y%m%dT%H%M%SZ")).resolve()
+    mode = "virtual time" if plan.virtual else f"real time on {plan.engine}"
+    print(
+        f"zerogap tune: {len(found)} candidates in {mode}, steps {list(plan.steps)} x {plan.step_s:g} s; "
+        f"about {plan.estimate_s(len(found)):.0f} s in all; output in {out_dir}",
+        flush=True,
+    )
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the pool it started, as Ctrl-C does
+    started = time.monotonic()
+    try:
+        results = _run_all(found, plan, out_dir)
+    except KeyboardInterrupt:
+        print("\nzerogap tune: interrupted; the pool it started is stopped", file=sys.stderr)
+        return 130
+    except (RuntimeError, ConfigError) as exc:
+        print(f"zerogap tune: {exc}", file=sys.stderr)
+        return 1
+    ranked = rank(results)
+    page = write_all(ranked, plan, out_dir)
+    print("\n" + table(ranked))
+    print(
+        f"\nbest: {ranked[0].candidate.label}; paste into config.toml:\n\n{paste_lines(ranked[0].candidate.settings)}"
+    )
+    print(f"zerogap tune: {time.monotonic() - started:.1f} s; {out_dir / 'tune.json'}, report at {page}")
+    return 0

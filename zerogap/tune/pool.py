@@ -1,0 +1,106 @@
+"""One candidate's pool, under the backends' supervisor in a background thread: its
+engines as `zerogap backends up` starts them (sims or vLLM replicas), plus a gateway in
+front when there are several replicas. Stopped as a whole, Ctrl-C included."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from backends.health import free_port
+from backends.sim_pool import sim_pool
+from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
+from backends.vllm.launcher import vllm_pool
+from zerogap.config.model import Config
+from zerogap.tune.toml_text import sections_text
+
+ENGINE_SECTIONS = ("engine", "scheduler", "token_interval", "sim")
+HOST = "127.0.0.1"
+
+
+def candidate_config(config: Config, base_port: int, gateway_port: int, key: str) -> str:
+    """The engine sections as tuned, on free ports; [server] only for the gateway in front."""
+    dump = config.model_dump()
+    dump["engine"] = {**dump["engine"], "base_port": base_port, "host": HOST}
+    if dump["engine"]["model"] and config.engine.model and not Path(config.engine.model).is_absolute():
+        resolved = config.resolve_path(config.engine.model)
+        if resolved.exists():  # a local model folder stays found from the tune's own folder
+            dump["engine"]["model"] = str(resolved)
+    server = {"host": HOST, "port": gateway_port, "api_key": key, "base_url": f"http://{HOST}:{gateway_port}"}
+    sections = {"server": server, **{name: dump[name] for name in ENGINE_SECTIONS}}
+    sections["gateway"] = {"health_interval_s": 1}
+    return sections_text(sections)
+
+
+@dataclass
+class CandidatePool:
+    config: Config
+    engine: str
+    folder: Path
+    key: str = field(default_factory=lambda: "sk-tune-" + secrets.token_urlsafe(24))
+    base_port: int = 0
+    gateway_port: int = 0
+    _supervisor: Supervisor | None = None
+    _thread: threading.Thread | None = None
+    _out: IO[str] | None = None
+
+    @property
+    def replicas(self) -> int:
+        return self.config.engine.replicas
+
+    @property
+    def base_url(self) -> str:
+        """Where the load test sends: the one replica, or the gateway in front of several."""
+        port = self.base_port if self.replicas == 1 else self.gateway_port
+        return f"http://{HOST}:{port}"
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        return [f"http://{HOST}:{self.base_port + i}/metrics" for i in range(self.replicas)]
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.base_port, self.gateway_port = free_port(), free_port()
+        path = self.folder / "config.toml"
+        path.write_text(candidate_config(self.config, self.base_port, self.gateway_port, self.key), "utf-8")
+        from zerogap.config import load_config
+
+        config = load_config(path, strict_env=False)
+        self._out = (self.folder / "supervisor.log").open("a", encoding="utf-8")
+        logs = self.folder / "logs"
+        if self.engine == "sim":
+            specs, hooks = sim_pool(config, path, logs, out=self._out)
+        else:
+            specs, hooks = vllm_pool(config, logs, out=self._out)
+        if self.replicas > 1:
+            argv = [sys.executable, "-m", "zerogap", "gateway", "--config", str(path)]
+            specs.append(
+                ChildSpec("gateway", argv, HOST, self.gateway_port, dict(os.environ), "/health", logs / "gateway.log")
+            )
+        self._run(specs, hooks, config)
+
+    def _run(self, specs: list[ChildSpec], hooks: Hooks, config: Config) -> None:
+        e = config.engine
+        timing = Timing(e.startup_timeout_s, e.restart_backoff_max_s, e.stop_timeout_s)
+        self._supervisor = supervisor = Supervisor(specs, hooks, timing, out=self._out)
+        self._thread = thread = threading.Thread(target=supervisor.run, name="tune-pool", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + e.startup_timeout_s + 5.0
+        while not supervisor.children or not all(child.state == "up" for child in supervisor.children):
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the pool did not come up; see {self.folder / 'supervisor.log'}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.request_stop()
+        if self._thread is not None:
+            self._thread.join(60.0)
+        if self._out is not None:
+            self._out.close()

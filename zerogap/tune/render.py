@@ -1,0 +1,123 @@
+"""What tune leaves behind: the console table, DIR/tune.json, DIR/report.html (TPS
+and GPU utilization against concurrency per candidate) and DIR/best.toml."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from zerogap.tune.plan import TunePlan
+from zerogap.tune.rank import Result
+from zerogap.tune.toml_text import paste_lines
+
+
+def _num(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _p50(figures: Any) -> Any:
+    return figures.get("p50") if isinstance(figures, dict) else None
+
+
+def table(ranked: list[Result]) -> str:
+    width = max(len(r.candidate.label) for r in ranked)
+    head = f"{'#':>2} {'candidate':<{width}} {'good/s':>7} {'out tok/s':>10} {'at':>5} {'TTFT p50':>9} "
+    lines = [head + f"{'TPOT p50':>9} {'GPU':>5}  limit at the top step"]
+    for place, r in enumerate(ranked, 1):
+        j = r.as_json()
+        gpu = j["gpu_util"]["mean"] if isinstance(j["gpu_util"], dict) else None
+        lines.append(
+            f"{place:>2} {r.candidate.label:<{width}} {_num(j['goodput_rps'], '.2f'):>7} "
+            f"{_num(j['output_tps'], ',.0f'):>10} {_num(j['best_concurrency'], 'g'):>5} "
+            f"{_num(_p50(j['ttft_ms']), '.1f'):>9} {_num(_p50(j['tpot_ms']), '.1f'):>9} {_num(gpu, '.0f'):>4}%  "
+            f"{j['limit']}: {j['evidence']}"
+        )
+    return "\n".join(lines)
+
+
+def tune_json(ranked: list[Result], plan: TunePlan) -> dict[str, Any]:
+    best = ranked[0]
+    return {
+        "candidates": [r.as_json() for r in ranked],
+        "best": {"settings": best.candidate.settings, "config_toml": paste_lines(best.candidate.settings)},
+        "plan": {
+            "engine": plan.engine,
+            "virtual": plan.virtual,
+            "steps": list(plan.steps),
+            "step_seconds": plan.step_s,
+            "measure_seconds": plan.measure_s,
+            "slo": {"ttft_ms": plan.slo_ttft_ms, "tpot_ms": plan.slo_tpot_ms},
+            "input_tokens": plan.input_tokens,
+            "output_tokens": plan.output_tokens,
+        },
+    }
+
+
+def _plot(ranked: list[Result], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (tps, gpu) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
+    for r in ranked:
+        loads = [s.get("concurrency", 0) for s in r.steps]
+        tps.plot(loads, [s.get("output_tps") or 0.0 for s in r.steps], "o-", label=r.candidate.label)
+        busy = [s["gpu_util"]["mean"] if s.get("gpu_util") else float("nan") for s in r.steps]
+        gpu.plot(loads, busy, "o-", label=r.candidate.label)
+    for ax, title, unit in ((tps, "Output tokens/s", "tokens/s"), (gpu, "GPU utilization (mean)", "%")):
+        ax.set_title(title)
+        ax.set_xlabel("concurrency (users)")
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    gpu.set_ylim(0, 105)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+STYLE = (
+    "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:13px}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}img{max-width:100%}"
+)
+
+
+def _rows(ranked: list[Result]) -> str:
+    head = "<tr><th>#</th><th>candidate</th><th>goodput req/s</th><th>output tok/s</th><th>limit</th>"
+    out = [f"<table>{head}<th>evidence</th><th>advice</th></tr>"]
+    for place, r in enumerate(ranked, 1):
+        j = r.as_json()
+        cells = [place, j["label"], j["goodput_rps"], j["output_tps"], j["limit"], j["evidence"], j["advice"]]
+        out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def write_all(ranked: list[Result], plan: TunePlan, out_dir: Path) -> Path:
+    """tune.json, best.toml, tune.png and report.html; returns the HTML's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = tune_json(ranked, plan)
+    (out_dir / "tune.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    (out_dir / "best.toml").write_text(data["best"]["config_toml"], encoding="utf-8")
+    image = _plot(ranked, out_dir / "tune.png")
+    mode = "virtual time (the sim's scheduler and cost model)" if plan.virtual else f"real time ({plan.engine})"
+    body = [
+        "<h1>zerogap tune</h1>",
+        f"<p>{len(ranked)} candidates in {html.escape(mode)}, steps {list(plan.steps)}, ranked by goodput "
+        f"under TTFT &le; {plan.slo_ttft_ms:g} ms and TPOT &le; {plan.slo_tpot_ms:g} ms, then output TPS.</p>",
+        f"<p>Best: <b>{html.escape(ranked[0].candidate.label)}</b>. The config.toml lines to paste:</p>",
+        f"<pre>{html.escape(data['best']['config_toml'])}</pre>",
+        f'<p><img src="{image.name}" alt="TPS against concurrency per candidate"></p>',
+        _rows(ranked),
+    ]
+    out = out_dir / "report.html"
+    out.write_text(
+        f"<!doctype html><html><head><meta charset=utf-8><title>zerogap tune</title><style>{STYLE}</style>"
+        "</head><body>\n" + "\n".join(body) + "\n</body></html>\n",
+        encoding="utf-8",
+    )
+    return out

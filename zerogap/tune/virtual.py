@@ -1,0 +1,71 @@
+"""`zerogap tune --virtual`: each candidate in virtual time, with the sim's own
+scheduler and cost model (as `zerogap sim plan`), summarised as report.json's steps
+so that the diagnosis and the ranking read them as they read a real run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from backends.sim.plan import summarise
+from backends.sim.settings import settings_from_config
+from backends.sim.virtual import VirtualRun, closed_loop
+from loadtest import diagnose
+from zerogap.tune.grid import Candidate
+from zerogap.tune.plan import TunePlan
+from zerogap.tune.rank import Result
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+def _goodput(run: VirtualRun, start_s: float, end_s: float, ttft_s: float, tpot_s: float) -> float:
+    good = 0
+    for r in run.requests:
+        if r.finish_s is None or not start_s < r.finish_s <= end_s:
+            continue
+        if (r.ttft_s or 0.0) <= ttft_s and (r.tpot_s or 0.0) <= tpot_s:
+            good += 1
+    return good / max(end_s - start_s, 1e-9)
+
+
+def virtual_step(index: int, concurrency: int, plan: TunePlan, candidate: Candidate) -> dict[str, Any]:
+    settings = settings_from_config(candidate.config)
+    ramp = min(plan.warmup_s, plan.step_s - plan.measure_s)
+    run = closed_loop(settings, concurrency, plan.input_tokens, plan.output_tokens, plan.step_s, ramp_s=ramp)
+    start = plan.step_s - plan.measure_s
+    s = summarise(run, settings.mode, concurrency, start, plan.step_s)
+    slo_ttft_s, slo_tpot_s = plan.slo_s(settings.time_scale)
+    running = s.batch_mean
+    return {
+        "index": index,
+        "concurrency": concurrency,
+        "users": concurrency,
+        "duration_s": plan.measure_s,
+        "requests_ok": round(s.rps * plan.measure_s),
+        "requests_failed": 0,
+        "errors": {},
+        "output_tps": round(s.output_tps, 2),
+        "rps": round(s.rps, 3),
+        "goodput_rps": round(_goodput(run, start, plan.step_s, slo_ttft_s, slo_tpot_s), 3),
+        "ttft_ms": {"p50": _ms(s.ttft_p50_s), "p99": _ms(s.ttft_p99_s)},
+        "tpot_ms": {"p50": _ms(s.tpot_mean_s), "mean": _ms(s.tpot_mean_s)},
+        "gpu_util": {"mean": round(s.gpu_busy * 100, 2), "min": round(s.gpu_busy * 100, 2)},
+        "token_interval_ms": round(max(0.0, s.step_ms - s.forward_ms), 3),  # the GPU's idle time per step
+        "valid": True,
+        "invalid_reason": None,
+        "backend": {
+            "running_mean": round(running, 3),
+            "running_max": round(running, 3),
+            "waiting_mean": round(max(0.0, concurrency - running), 3),  # closed loop: every user is in the engine
+            "cpu_interval_ms": round(s.interval_ms, 3),
+            "max_num_seqs": settings.max_num_seqs,
+        },
+    }
+
+
+def run_virtual(candidate: Candidate, plan: TunePlan) -> Result:
+    started = time.monotonic()
+    steps = [virtual_step(i, load, plan, candidate) for i, load in enumerate(plan.steps)]
+    return Result(candidate, steps, diagnose(steps), time.monotonic() - started)
