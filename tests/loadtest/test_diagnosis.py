@@ -22,7 +22,6 @@ def step(
         "kv_cache_usage_mean": extra.pop("kv", 0.2),
         "preemptions": extra.pop("preemptions", None),
         "max_num_seqs": extra.pop("cap", None),
-        "cpu_interval_ms": extra.pop("cpu_ms", 5.0),
     }
     figures: dict[str, Any] = {
         "index": 0,
@@ -36,6 +35,7 @@ def step(
         "invalid_reason": None,
         "gpu_util": None if gpu is None else {"mean": gpu, "min": gpu - 5},
         "token_interval_ms": 4.0,
+        "cpu_interval_ms": 5.0,
         "ttft_ms": {"p50": 50.0},
         "tpot_ms": {"p50": 20.0},
         "backend": backend,

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from backends.health import free_port
 from backends.sim_pool import sim_pool
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
 from backends.vllm.launcher import vllm_pool
 from zerogap.config.model import Config
+from zerogap.net import free_port
 from zerogap.tune.toml_text import sections_text
 
 ENGINE_SECTIONS = ("engine", "scheduler", "token_interval", "sim")

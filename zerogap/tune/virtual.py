@@ -52,14 +52,14 @@ def virtual_step(index: int, concurrency: int, plan: TunePlan, candidate: Candid
         "ttft_ms": {"p50": _ms(s.ttft_p50_s), "p99": _ms(s.ttft_p99_s)},
         "tpot_ms": {"p50": _ms(s.tpot_mean_s), "mean": _ms(s.tpot_mean_s)},
         "gpu_util": {"mean": round(s.gpu_busy * 100, 2), "min": round(s.gpu_busy * 100, 2)},
-        "token_interval_ms": round(max(0.0, s.step_ms - s.forward_ms), 3),  # the GPU's idle time per step
+        "token_interval_ms": round(s.token_interval_ms, 3),  # the GPU's idle gap between two forwards
+        "cpu_interval_ms": round(s.cpu_interval_ms, 3),  # the CPU work per step, hidden or not
         "valid": True,
         "invalid_reason": None,
         "backend": {
             "running_mean": round(running, 3),
             "running_max": round(running, 3),
             "waiting_mean": round(max(0.0, concurrency - running), 3),  # closed loop: every user is in the engine
-            "cpu_interval_ms": round(s.interval_ms, 3),
             "max_num_seqs": settings.max_num_seqs,
         },
     }
