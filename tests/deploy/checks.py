@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.deploy.pictures import ink_fraction, size
 from tests.deploy.stack import Stack, prom_api
-from zerogap.render import inspect_page, render_png
+from tests.render import inspect_page, render_png
 
 # The engine series the dashboards read, as vLLM and the simulated engine both export them.
 ENGINE_SERIES = [

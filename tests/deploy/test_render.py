@@ -1,4 +1,4 @@
-"""zerogap.render: headless Chromium against a real local HTTP server, with a page whose
+"""tests/render.py: headless Chromium against a real local HTTP server, with a page whose
 content only appears after its script ran (as Prometheus's console graphs do)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.pictures import count_colour, ink_fraction, size
+from tests.render import RenderError, chromium_path, dump_dom, render_png
 from tests.tools import require_tool
-from zerogap.render import RenderError, chromium_path, dump_dom, render_png
 
 PAGE = """<!doctype html><html><body style="margin:0;background:#fff">
 <div id="late"></div><canvas id="c" width="300" height="200"></canvas>
@@ -68,7 +68,7 @@ def test_dump_dom_has_script_output(site: str) -> None:
 
 def test_missing_browser_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ZEROGAP_CHROMIUM", str(tmp_path / "no-such-browser"))
-    monkeypatch.setattr("zerogap.render.DEFAULT_CHROMIUM", str(tmp_path / "none"))
+    monkeypatch.setattr("tests.render.DEFAULT_CHROMIUM", str(tmp_path / "none"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RenderError, match="setup-system"):
         chromium_path()
