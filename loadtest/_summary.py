@@ -2,7 +2,9 @@
 
 Each step is measured over its window (its last measure_last_seconds). TPS counts
 the tokens that arrived in the window; latency figures come from the requests that
-ended in it. A step whose load generator saturated is marked valid: false.
+ended in it. A step is marked valid: false when its load generator saturated, or when
+requests sent in the previous step end inside its window (the window starts less than
+one request's duration into the step).
 """
 
 from __future__ import annotations
@@ -67,14 +69,39 @@ def _gpu(samples: list[Sample]) -> tuple[dict[str, float] | None, str | None]:
     return None, (reasons[-1] if reasons else "no sample in the measured window")
 
 
-def _validity(settings: Settings, cpu: float | None, lag: Histogram, open_loop: bool) -> tuple[bool, str | None]:
+def _validity(settings: Settings, cpu: float | None, lag: Histogram, open_loop: bool) -> list[str]:
+    """Why the load generator's figures cannot be trusted (empty: they can)."""
+    reasons = []
     limit = settings.metrics.saturation_cpu_percent
     if cpu is not None and cpu >= limit:
-        return False, f"load generator CPU {cpu:.0f}% >= {limit:.0f}%: add --processes or workers"
+        reasons.append(f"load generator CPU {cpu:.0f}% >= {limit:.0f}%: add --processes or workers")
     lag_p90 = lag.percentile(90)
     if open_loop and lag_p90 is not None and lag_p90 > settings.metrics.max_send_lag_ms:
-        return False, f"send lag p90 {lag_p90:.1f} ms > {settings.metrics.max_send_lag_ms:.0f} ms: too few users"
-    return True, None
+        reasons.append(f"send lag p90 {lag_p90:.1f} ms > {settings.metrics.max_send_lag_ms:.0f} ms: too few users")
+    return reasons
+
+
+def _previous_load(plan: Plan, phase: Phase) -> float | None:
+    before = [p for p in plan.phases if p.end_s <= phase.start_s]
+    return before[-1].load if before else None
+
+
+def _edge_leak(plan: Plan, phase: Phase, run_start: float, ended: list[RequestRecord]) -> str | None:
+    """Requests measured in the window that were sent before the step began carry the
+    previous step's load: the window starts less than one request's duration into the step."""
+    if _previous_load(plan, phase) in (None, phase.load):
+        return None
+    step_start = run_start + phase.start_s
+    leaked = [r for r in ended if r.start < step_start]
+    if not leaked:
+        return None
+    lead_s = phase.measure_start_s - phase.start_s
+    longest_s = max(r.end - r.start for r in ended)
+    return (
+        f"window shorter than a request: {len(leaked)} of the {len(ended)} requests measured were sent in the "
+        f"previous step (the window starts {lead_s:.1f} s into the step; requests take up to {longest_s:.1f} s): "
+        "make step_duration_seconds - measure_last_seconds longer than a request"
+    )
 
 
 def summarize_step(
@@ -104,7 +131,10 @@ def summarize_step(
     gpu, gpu_reason = _gpu(inside)
     busiest_cpu = recorder.busiest_cpu_between(start, end)
     cpu = None if busiest_cpu is None else round(busiest_cpu, 1)
-    valid, invalid_reason = _validity(settings, cpu, lag, plan.open_loop)
+    reasons = _validity(settings, cpu, lag, plan.open_loop)
+    leak = _edge_leak(plan, phase, run_start, ended)
+    if leak is not None:
+        reasons.append(leak)
     interval = _mean([s.token_interval_ms for s in inside])  # the GPU's gap between forwards
     cpu_interval = _mean([s.cpu_interval_ms for s in inside])  # the CPU work per step
     step: dict[str, Any] = {"index": phase.index}
@@ -125,8 +155,8 @@ def summarize_step(
         gpu_util=gpu,
         gpu_util_reason=gpu_reason,
         goodput_rps=round(len(good) / duration, 3),
-        valid=valid,
-        invalid_reason=invalid_reason,
+        valid=not reasons,
+        invalid_reason="; ".join(reasons) or None,
         token_count_source="usage" if ok and all(r.token_source == "usage" for r in ok) else "chunks",
         input_tokens_mean=_mean([float(r.prompt_tokens) for r in ok]),
         output_tokens_mean=_mean([float(r.output_tokens) for r in ok]),

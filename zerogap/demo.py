@@ -31,15 +31,15 @@ def _parser() -> argparse.ArgumentParser:
         "--steps", type=concurrency_list, default=[32, 128, 256], help="concurrency steps (default 32,128,256)"
     )
     parser.add_argument("--step-seconds", type=positive_float, default=30.0, help="hold each step (default 30)")
-    parser.add_argument(
-        "--measure-seconds", type=positive_float, default=20.0, help="measure its last N s (default 20)"
+    parser.add_argument(  # 15 s of lead: longer than a request at 256 streams (~10 s), see --output-tokens
+        "--measure-seconds", type=positive_float, default=15.0, help="measure its last N s (default 15)"
     )
     parser.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up at the first step (default 5)")
     parser.add_argument("--time-scale", type=positive_float, default=4.0, help="sim time scale: 2 cores keep up (4)")
     parser.add_argument(
         "--input-tokens", type=positive_int, default=128, help="prompt tokens per request (default 128)"
     )
-    parser.add_argument("--output-tokens", type=positive_int, default=64, help="output tokens per request (default 64)")
+    parser.add_argument("--output-tokens", type=positive_int, default=32, help="output tokens per request (default 32)")
     return parser
 
 

@@ -53,6 +53,11 @@ def gateway_config(pools: list[Pool], gateway_port: int, key: str, out_dir: Path
         "[gateway]",
         f'key_store = "{out_dir / "keys.db"}"',
         "health_interval_s = 1",
+        "",
+        "[sim]",
+        "# the sims' busy and interval gauges average their last 2 s: a step's window, which",
+        "# starts at least 2 s into the step, then reads nothing of the step before it",
+        "metrics_window_s = 2.0",
     ]
     for pool in pools:
         lines += ["", "[[backends]]", f'name = "{pool.name}-sim"', f'url = "http://{HOST}:{pool.port}"']

@@ -94,6 +94,32 @@ def test_saturated_load_generator_invalidates_the_step(tmp_path: Path) -> None:
     assert step["gpu_util"] is None and step["gpu_util_reason"]
 
 
+@pytest.mark.parametrize(("measure_last_s", "leaks"), [(8.5, True), (7.5, False)])
+def test_a_window_that_starts_within_a_request_of_the_step_start_is_invalid(measure_last_s, leaks) -> None:
+    """Requests of 2 s back to back, steps of 10 s: the first step's two users send at
+    9.6 and 9.8 s. A window that starts 1.5 s into the second step measures those
+    requests (sent under the lighter load); one 2.5 s in does not."""
+    settings = parse_settings(
+        f'{{"load_test": {{"steps": [2, 4], "warmup_seconds": 0, "step_duration_seconds": 10, '
+        f'"measure_last_seconds": {measure_last_s}}}}}'
+    )
+    plan = Plan.from_settings(settings.load_test)
+    recorder = Recorder()
+    for user in range(4):
+        sent = START + (1.6 + 0.2 * user if user < 2 else 10.0 + 0.1 * user)
+        while sent + 2.0 <= START + plan.total_s:
+            recorder.add(RequestRecord(sent, sent + 2.0, True, "", 0.1, 2.0, 10, 50, "usage", None), [sent + 2.0])
+            sent += 2.0
+    first, second = summarize_run(settings, plan, START, START + plan.total_s, recorder, [])["steps"]
+    assert first["valid"] is True  # nothing ran before it
+    assert second["valid"] is not leaks
+    if leaks:
+        assert "window shorter than a request" in second["invalid_reason"]
+        assert "2 of the" in second["invalid_reason"]  # the two first-step users' requests in flight at 10 s
+    else:
+        assert second["invalid_reason"] is None
+
+
 def test_knee_is_the_step_after_which_tps_stalls_while_latency_grows() -> None:
     def step(index: int, load: int, tps: float, tpot: float) -> dict[str, object]:
         return {"index": index, "concurrency": load, "output_tps": tps,

@@ -10,13 +10,35 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from backends.sim.plan import StepSummary, run_plan
+from backends.sim.settings import SimSettings
 from tests.conftest import zerogap_cmd
 
+# Requests of 16 tokens (~0.8 s at 16 baseline streams) start well within the 2 s of lead
+# before each window: no request of the lighter step leaks into the next one's window.
 SHORT = ["--steps", "4,16", "--step-seconds", "8", "--measure-seconds", "6", "--warmup-seconds", "1"]
+SHORT += ["--output-tokens", "16"]
+TIME_SCALE = 4.0
+
+
+def _model(report: dict[str, Any], async_scheduling: bool) -> StepSummary:
+    """What the cost model predicts for the run's top step: same load, same requests."""
+    top = report["steps"][-1]
+    settings = SimSettings().with_flags(
+        async_scheduling=async_scheduling, slot_reuse=async_scheduling, time_scale=TIME_SCALE
+    )
+    prompt, output = round(top["input_tokens_mean"]), round(top["output_tokens_mean"])
+    [row] = run_plan(settings, [int(top["concurrency"])], prompt, output, step_duration_s=8, measure_last_s=6)
+    return row
+
+
+def _within(measured: float, predicted: float, rel: float) -> bool:
+    return abs(measured / predicted - 1.0) <= rel
 
 
 def _ports_in(text: str) -> list[int]:
@@ -35,7 +57,7 @@ def _listening(port: int) -> bool:
 def test_demo_compares_the_two_pools_and_stops_everything(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     result = subprocess.run(
-        zerogap_cmd("demo", "--out", str(out), "--time-scale", "4", *SHORT),
+        zerogap_cmd("demo", "--out", str(out), "--time-scale", f"{TIME_SCALE:g}", *SHORT),
         capture_output=True,
         text=True,
         timeout=240,
@@ -49,9 +71,23 @@ def test_demo_compares_the_two_pools_and_stops_everything(tmp_path: Path) -> Non
         report = json.loads((out / name / "report.json").read_text())
         assert [s["concurrency"] for s in report["steps"]] == [4, 16]
         assert all(s["output_tps"] > 0 for s in report["steps"])
-    baseline = json.loads((out / "baseline" / "report.json").read_text())["steps"][-1]
-    zerogap = json.loads((out / "zerogap" / "report.json").read_text())["steps"][-1]
-    assert zerogap["output_tps"] > 1.2 * baseline["output_tps"]
+        assert all(s["valid"] for s in report["steps"]), [s["invalid_reason"] for s in report["steps"]]
+    reports = {name: json.loads((out / name / "report.json").read_text()) for name in ("baseline", "zerogap")}
+    baseline, zerogap = reports["baseline"]["steps"][-1], reports["zerogap"]["steps"][-1]
+    model_base, model_zg = _model(reports["baseline"], False), _model(reports["zerogap"], True)
+    # the gain the cost model predicts for this load (a prediction: the model is solved at 256 streams)
+    gain, predicted = zerogap["output_tps"] / baseline["output_tps"], model_zg.output_tps / model_base.output_tps
+    print(f"TPS gain {gain:.3f}, predicted {predicted:.3f}")
+    for name, step, model in (("baseline", baseline, model_base), ("zerogap", zerogap, model_zg)):
+        print(f"{name}: token interval {step['token_interval_ms']} ms (model {model.token_interval_ms:.2f}), "
+              f"CPU {step['cpu_interval_ms']} ms (model {model.cpu_interval_ms:.2f})")  # fmt: skip
+    assert predicted > 1.3 and _within(gain, predicted, 0.15), (gain, predicted)
+    # the token interval is the GPU's gap between forwards: ~all the CPU work in the
+    # baseline, only what async scheduling cannot hide in zerogap (the model says how much)
+    for step, model in ((baseline, model_base), (zerogap, model_zg)):
+        assert _within(step["token_interval_ms"], model.token_interval_ms, 0.15), (step, model)
+        assert _within(step["cpu_interval_ms"], model.cpu_interval_ms, 0.15), (step, model)
+    assert zerogap["token_interval_ms"] < 0.2 * zerogap["cpu_interval_ms"]
     assert zerogap["gpu_util"]["mean"] > baseline["gpu_util"]["mean"] + 15
     assert (out / "compare.png").stat().st_size > 10_000
     assert "zerogap / baseline TPS:" in result.stdout
