@@ -1,11 +1,11 @@
 """Graceful drain on SIGTERM (or a first Ctrl-C).
 
-The server stops accepting connections at once (uvicorn closes its listening sockets; a new
-client is refused). /ready answers 503 and a request that still reaches this process gets a
-503 `shutting_down`. Streams in flight may finish for up to [gateway].drain_timeout_s; then every
-request still in flight ends: a stream with the SSE error event and [DONE], a request still
-waiting for its first byte with a 503. Then the app shuts down: usage is flushed to the key
-store, so nothing counted is lost. A second signal exits at once.
+The server stops accepting connections at once (its listening sockets close; a new client is
+refused) and /ready answers 503. Requests that had reached this process are served; streams in
+flight may finish for up to [gateway].drain_timeout_s. Then every request still in flight ends:
+a stream with the SSE error event and [DONE], a request still waiting for its first byte with a
+503. Then the app shuts down: usage is flushed to the key store, so nothing counted is lost. A
+second signal exits at once.
 
 All of it lives in this process (the app and its server), so a supervisor of several worker
 processes only forwards SIGTERM to each.
@@ -84,7 +84,12 @@ class DrainingServer(uvicorn.Server):
         if not first:
             self.force_exit = True  # a second signal: do not wait any more
         elif self._loop is not None and sig in (signal.SIGTERM, signal.SIGINT):
-            self._loop.call_soon_threadsafe(self.on_drain)
+            self._loop.call_soon_threadsafe(self._begin_drain)
+
+    def _begin_drain(self) -> None:
+        for server in self.servers:  # stop accepting now, not at the server's next tick
+            server.close()
+        self.on_drain()
 
 
 def server_for(config: uvicorn.Config, drain_timeout_s: float, on_drain: Callable[[], None]) -> DrainingServer:

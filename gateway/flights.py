@@ -71,11 +71,14 @@ class Flights:
 
     def __init__(self, eject_grace_s: float) -> None:
         self.eject_grace_s = eject_grace_s
+        self.drained = False  # the drain's deadline passed: a new attempt ends at once
         self._by_backend: dict[Backend, set[Flight]] = {}
 
     def open(self, backend: Backend) -> Flight:
         flight = Flight(backend)
         self._by_backend.setdefault(backend, set()).add(flight)
+        if self.drained:
+            flight.stop = "draining"
         return flight
 
     def close(self, flight: Flight) -> None:
@@ -95,6 +98,7 @@ class Flights:
 
     def end_all(self) -> int:
         """The drain's deadline: every attempt still in flight ends now. Returns how many."""
+        self.drained = True
         flights = [f for fs in self._by_backend.values() for f in fs]
         for flight in flights:
             flight.end("draining", 0.0)

@@ -63,8 +63,6 @@ class Completions:
     ) -> tuple[Outcome, ModelPool]:
         if scope["method"] != "POST":
             raise method_not_allowed("POST")
-        if gw.drain.draining:
-            raise ApiError(503, "The gateway is shutting down; send the request again.", code="shutting_down")
         who = gw.auth.authenticate(header(scope, b"authorization"))
         labels["key"] = who.name
         _check_content_type(scope)

@@ -14,11 +14,12 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.conftest import free_port, stop_process, wait_for_port
+from tests.conftest import free_port, stop_process, wait_for_port, zerogap_cmd
 from tests.gateway.helpers import auth, chat_body
 
 
@@ -132,3 +133,24 @@ def stream_body(max_tokens: int, **extra: Any) -> dict[str, Any]:
 
 def session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+
+
+@contextlib.contextmanager
+def gateway_process(config: Path, port: int, log: Path) -> Iterator[Proc]:
+    """`zerogap gateway --config CONFIG` as its own process (stderr to log), stopped at the end."""
+    with log.open("ab") as err:
+        proc = subprocess.Popen(zerogap_cmd("gateway", "--config", str(config)), stdout=err, stderr=err)
+    try:
+        wait_for_port(port, 30, proc)
+        yield Proc(proc, port)
+    finally:
+        resume_and_stop(proc)
+
+
+def usage_of(raw: bytes) -> tuple[int, int]:
+    """(prompt, completion) tokens from the usage chunk of a stream, (0, 0) without one."""
+    for part in raw.split(b"\n\n"):
+        if part.startswith(b"data: {") and b'"usage"' in part:
+            usage = json.loads(part[6:]).get("usage") or {}
+            return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    return 0, 0
