@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from backends.errors import LaunchError
+from backends.rate_log import RateLogger
 from backends.sim_pool import sim_pool
 from backends.supervisor import Supervisor, Timing
 from backends.vllm.launcher import vllm_pool
@@ -41,9 +42,18 @@ def up(config_path: Path, engine: str, log_dir: Path | None) -> int:
     except OSError as exc:
         print(f"zerogap backends: {exc.filename or ''}: {exc.strerror}. Check --log-dir.", file=sys.stderr)
         return 2
-    e = config.engine
+    e, logs = config.engine, config.logging
     timing = Timing(e.startup_timeout_s, e.restart_backoff_max_s, e.stop_timeout_s)
-    return Supervisor(specs, hooks, timing).run()
+    supervisor = Supervisor(specs, hooks, timing)
+    if not (logs.log_tps or logs.log_gpu_util):
+        return supervisor.run()
+    rates = RateLogger(supervisor.children, supervisor.say, logs.log_interval_s, logs.log_tps, logs.log_gpu_util,
+                       sim=engine == "sim")  # fmt: skip
+    rates.start()
+    try:
+        return supervisor.run()
+    finally:
+        rates.stop()
 
 
 def main(argv: list[str]) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO
 
 from backends.pool import check_ports, pool_summary, replica_log
+from backends.sim.settings import settings_from_config
 from backends.supervisor import Child, ChildSpec, Hooks
 from zerogap.config import Config
 
@@ -38,7 +39,12 @@ def sim_pool(
         return next((line for line in reversed(child.tail) if line.startswith("zerogap sim:")), "")
 
     def on_ready(children: list[Child]) -> str:
-        return pool_summary(config, children)
+        overlap = str(config.token_interval.async_scheduling).lower()
+        mode = settings_from_config(config).mode
+        return (
+            f"zerogap backends: simulated engines in mode {mode}: [token_interval] overlap_token_interval = "
+            f"async_scheduling = {overlap}\n{pool_summary(config, children)}"
+        )
 
     stream.write(f"zerogap backends: starting {config.engine.replicas} simulated engine(s)\n")
     return sim_specs(config, config_path, log_dir), Hooks(diagnose=diagnose, on_ready=on_ready)

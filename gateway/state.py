@@ -15,6 +15,7 @@ from gateway.limits import Limiter, RateLimiter
 from gateway.metrics import GatewayMetrics, multiprocess_dir
 from gateway.outlier import OutlierDetector
 from gateway.pool import Router
+from gateway.rate_log import log_rates_forever
 from gateway.relay import Relay
 from gateway.shared_limits import SharedLimiter
 from gateway.upstream import HttpUpstream, UpstreamClient
@@ -63,6 +64,10 @@ class Gateway:
             asyncio.create_task(self.auth.refresh_forever(g.key_refresh_interval_s)),
             asyncio.create_task(self.usage.flush_forever(g.usage_flush_interval_s)),
         ]
+        logs = self.config.logging
+        if logs.log_tps:
+            rates = log_rates_forever(self.metrics.tokens, self.metrics.requests, logs.log_interval_s)
+            self._tasks.append(asyncio.create_task(rates))
         if self.metrics.multiprocess_dir is not None:
             self._tasks.append(asyncio.create_task(self._gauges_forever(BACKEND_GAUGES_INTERVAL_S)))
 

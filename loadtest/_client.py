@@ -36,12 +36,16 @@ class RequestFailed(Exception):
 
 
 class StreamClient:
-    def __init__(self, base_url: str, path: str, headers: dict[str, str], connect_s: float, timeout_s: float) -> None:
+    def __init__(
+        self, base_url: str, path: str, headers: dict[str, str], connect_s: float, timeout_s: float, stream: bool = True
+    ) -> None:
         parts = urlsplit(base_url)
         self.path = parts.path.rstrip("/") + path
         self.chat = path.endswith("/chat/completions")
         self.timeout_s = timeout_s
-        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **headers}
+        self.streamed = stream
+        accept = "text/event-stream" if stream else "application/json"
+        self.headers = {"Content-Type": "application/json", "Accept": accept, **headers}
         self.http = HTTPClient(
             parts.hostname or "127.0.0.1",
             port=parts.port or (443 if parts.scheme == "https" else 80),
@@ -70,7 +74,7 @@ class StreamClient:
             kind, detail = exc.kind, str(exc)
         except gevent.GreenletExit:
             if on_interrupt is not None:
-                on_interrupt(*_to_record(parser, start_wall, start, INTERRUPTED, send_lag_s))
+                on_interrupt(*_to_record(parser, start_wall, start, INTERRUPTED, send_lag_s, streamed=self.streamed))
             raise
         except (TimeoutError, gevent.Timeout) as exc:
             kind, detail = "timeout", f"timeout: no byte for {self.timeout_s} s ({exc})"
@@ -79,7 +83,7 @@ class StreamClient:
             detail = f"{kind}: {type(exc).__name__}: {exc}"
         except ValueError as exc:  # json.JSONDecodeError
             kind, detail = "bad chunk", f"bad chunk: not JSON ({exc})"
-        record, walls = _to_record(parser, start_wall, start, kind, send_lag_s, end)
+        record, walls = _to_record(parser, start_wall, start, kind, send_lag_s, end, self.streamed)
         return record, walls, detail
 
     def _send_and_read(self, body: bytes, parser: SseParser) -> float:
@@ -90,6 +94,8 @@ class StreamClient:
             if status >= 400:
                 text = response.read()[:500].decode("utf-8", "replace")
                 raise RequestFailed(f"HTTP {status}", _error_message(text))
+            if not self.streamed:
+                return _read_whole(response, parser)
             readline, feed, clock = response.readline, parser.feed_line, time.perf_counter
             while True:
                 line = readline(b"\n")
@@ -113,6 +119,19 @@ class StreamClient:
         return end
 
 
+def _read_whole(response: Any, parser: SseParser) -> float:
+    """A non-streamed answer: its content counts as one chunk at the end (TTFT = E2E)."""
+    body = response.read()
+    end = time.perf_counter()
+    parser.on_json(json.loads(body), end)
+    parser.done = True
+    if parser.error is not None:
+        raise RequestFailed("stream error", parser.error)
+    if not parser.content_times:
+        raise RequestFailed("empty answer", "no content in the answer")
+    return end
+
+
 def _drain(response: Any) -> None:
     with gevent.Timeout(DRAIN_TIMEOUT_S, False):
         while response.readline(b"\n"):
@@ -128,7 +147,13 @@ def _error_message(text: str) -> str:
 
 
 def _to_record(
-    parser: SseParser, start_wall: float, start: float, kind: str, send_lag_s: float | None, end: float | None = None
+    parser: SseParser,
+    start_wall: float,
+    start: float,
+    kind: str,
+    send_lag_s: float | None,
+    end: float | None = None,
+    streamed: bool = True,
 ) -> tuple[RequestRecord, list[float]]:
     end = time.perf_counter() if end is None else end
     times = parser.content_times
@@ -147,6 +172,7 @@ def _to_record(
         prompt_tokens=int(parser.prompt_tokens or 0),
         token_source=source,
         send_lag_s=send_lag_s,
+        streamed=streamed,
     )
     add = record.itl.add_ms
     for before, after in itertools.pairwise(times):

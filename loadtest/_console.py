@@ -23,13 +23,22 @@ def _gpu(step: dict[str, Any]) -> str:
     return "-" if gpu is None else f"{gpu['mean']:.0f}%"
 
 
+def _tps(step: dict[str, Any], key: str = "output_tps") -> str:
+    return "-" if step.get(key) is None else f"{step[key]:,.0f}"
+
+
 def progress_line(step: dict[str, Any], num_steps: int) -> str:
+    """One line per step; a figure settings.json does not collect is left out."""
     flag = "" if step["valid"] else f"  INVALID: {step['invalid_reason']}"
-    return (
-        f"zerogap step {step['index'] + 1}/{num_steps} {load_text(step)}: output {step['output_tps']:,.0f} tok/s, "
-        f"{step['rps']:.2f} req/s, TTFT p50 {_ms(step['ttft_ms'])} ms, TPOT p50 {_ms(step['tpot_ms'])} ms, "
-        f"GPU {_gpu(step)}, ok {step['requests_ok']} failed {step['requests_failed']}{flag}"
-    )
+    skip = step.get("not_collected") or {}
+    parts = [f"output {_tps(step)} tok/s" if "output_tps" not in skip else "", f"{step['rps']:.2f} req/s"]
+    parts += [f"TTFT p50 {_ms(step['ttft_ms'])} ms" if "ttft_ms" not in skip else ""]
+    parts += [f"TPOT p50 {_ms(step['tpot_ms'])} ms" if "tpot_ms" not in skip else ""]
+    parts += [f"GPU {_gpu(step)}" if "gpu_util" not in skip else ""]
+    retries = f", {step['retries']} retried" if step.get("retries") else ""
+    parts += [f"ok {step['requests_ok']} failed {step['requests_failed']}{retries}"]
+    figures = ", ".join(part for part in parts if part)
+    return f"zerogap step {step['index'] + 1}/{num_steps} {load_text(step)}: {figures}{flag}"
 
 
 HEADER = (
@@ -48,7 +57,7 @@ def table(report: dict[str, Any]) -> str:
     lines = [HEADER]
     for step in report["steps"]:
         lines.append(
-            f"{load_text(step):>14} {step['output_tps']:>10,.0f} {step['total_tps']:>10,.0f} {step['rps']:>7.2f} "
+            f"{load_text(step):>14} {_tps(step):>10} {_tps(step, 'total_tps'):>10} {step['rps']:>7.2f} "
             f"{_ms(step['ttft_ms']):>9} {_ms(step['ttft_ms'], 'p99'):>8} {_ms(step['tpot_ms']):>9} "
             f"{_ms(step['tpot_ms'], 'p99'):>7} {_ms(step['itl_ms']):>8} {_gpu(step):>5} "
             f"{_interval(step, 'token_interval_ms'):>6} {_interval(step, 'cpu_interval_ms'):>6} "
@@ -69,6 +78,10 @@ def table(report: dict[str, Any]) -> str:
             "gap: the token interval, the GPU's idle time between two forwards; "
             "CPU: the CPU work per step, hidden behind the forward or not (both from the backends, ms)"
         )
+    skipped = report["steps"][0].get("not_collected") if report["steps"] else None
+    if skipped:
+        reasons = sorted(set(skipped.values()))
+        lines.append(f"not collected ({', '.join(sorted(skipped))}): {'; '.join(reasons)}")
     lines.append("latencies in ms (0.1 ms resolution)")
     if report.get("diagnosis"):
         lines.append(headline(report["diagnosis"]))

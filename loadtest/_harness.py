@@ -8,6 +8,7 @@ serves the load generator's /metrics, and writes the run folder.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -25,15 +26,19 @@ from loadtest._arrivals import Arrivals
 from loadtest._client import StreamClient
 from loadtest._console import progress_line, table
 from loadtest._exporter import Exporter
+from loadtest._failfast import FIRST_N, FailFast, advice
 from loadtest._limits import raise_open_files
 from loadtest._locust_stats import fire_locust_events
+from loadtest._models import ModelChoiceError, choose_model, list_models
 from loadtest._plan import Plan
 from loadtest._prompt import calibrate, request_body, tokenize_counter, tokenize_urls
 from loadtest._record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 from loadtest._report import new_run_dir, write_run
+from loadtest._retry import with_retries
 from loadtest._settings import Settings, SettingsError, load_settings, settings_path
 from loadtest._summary import summarize_run, summarize_step
 from loadtest._timeline import Sampler
+from loadtest._webui import ZerogapTab, row
 
 log = logging.getLogger("zerogap.loadtest")
 WIRE_KEY = "zerogap"
@@ -71,6 +76,9 @@ class Harness:
         self.workers_seen: set[str] = set()
         self.started = False
         self.chunk_ratio = TokensPerChunk()
+        self.model = ""
+        self.fail_fast = FailFast()
+        self.stopping = False
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
 
     # ----- roles -----
@@ -113,6 +121,8 @@ class Harness:
         events.worker_report.add_listener(self.on_worker_report)
         events.quitting.add_listener(self.on_quitting)
         self.register_messages()
+        if not self.is_worker:
+            ZerogapTab(self.live_rows).install(environment)
         log.info("zerogap: settings from %s; %s", path, self.describe_plan())
 
     def describe_plan(self) -> str:
@@ -129,6 +139,15 @@ class Harness:
         self.run_start = time.time()
         self.started = True
         self.base_url = (environment.host or self.settings.api.base_url).rstrip("/")  # the web UI may change it
+        self.fail_fast, self.stopping = FailFast(), False
+        if not self.is_worker:
+            self.run_dir = new_run_dir(self.settings.output)
+            self.sampler = Sampler(self.settings.metrics)
+        try:
+            self.model = self.settings.workload.model or choose_model(self.base_url, self.headers, self.list_timeout_s)
+        except ModelChoiceError as exc:
+            self.stop_run(str(exc))
+            return
         if not self.is_master:
             self.prepare_prompt()
             seed = self.settings.load_test.seed
@@ -136,11 +155,44 @@ class Harness:
             self.arrivals = Arrivals(self.plan, self.run_start, self.user_share, seed) if self.plan.open_loop else None
             self.spawn(self.sample_cpu)
         if not self.is_worker:
-            self.run_dir = new_run_dir(self.settings.output)
-            self.sampler = Sampler(self.settings.metrics)
             self.spawn(self.sample_timeline)
             self.spawn(self.print_progress)
             log.info("zerogap: this run writes %s", self.run_dir)
+
+    @property
+    def list_timeout_s(self) -> float:
+        assert self.settings is not None
+        return self.settings.api.connect_timeout_seconds + self.settings.metrics.scrape_timeout_seconds
+
+    def stop_run(self, message: str) -> None:
+        """Stop the run for a reason the user must fix: the message, the report, exit status 1."""
+        if self.stopping:
+            return
+        self.stopping = True
+        sys.stderr.write(f"zerogap loadtest: {message}\n")
+        sys.stderr.flush()
+        env = self.env
+        if env is None or env.runner is None:
+            return
+        env.process_exit_code = 1
+        options = env.parsed_options
+        headless = bool(getattr(options, "headless", False) or getattr(options, "autoquit", -1) >= 0)
+        gevent.spawn(env.runner.quit if headless else env.runner.stop)
+
+    def check_fail_fast(self, record: RequestRecord, detail: str) -> None:
+        verdict = self.fail_fast.observe(record, detail)
+        if verdict is None:
+            return
+        kind, message = verdict
+        models = None
+        if kind == "HTTP 404":
+            try:
+                models = list_models(self.base_url, self.headers, self.list_timeout_s)
+            except ModelChoiceError:
+                models = None
+        fix = advice(kind, self.base_url, self.model, models)
+        said = f": {message}" if message and message != kind else ""
+        self.stop_run(f"the first {FIRST_N} requests all failed with {kind}{said}\nFix: {fix}")
 
     def spawn(self, function: Any) -> None:
         self.greenlets.append(gevent.spawn(function))
@@ -151,9 +203,9 @@ class Harness:
         counter = None
         if workload.prompt_tokens_from == "tokenize":
             urls = tokenize_urls(self.base_url, workload.tokenize_url)
-            counter = tokenize_counter(urls, workload.model, self.settings.metrics.scrape_timeout_seconds)
+            counter = tokenize_counter(urls, self.model, self.settings.metrics.scrape_timeout_seconds)
         prefix = NONCE_SHAPE if workload.unique_prompts else ""
-        self.prompt, self.prompt_source = calibrate(workload.input_tokens, counter, prefix)
+        self.prompt, self.prompt_source = calibrate(workload.prompt_tokens, counter, prefix)
         if workload.prompt_tokens_from == "tokenize" and self.prompt_source != "tokenize":
             log.warning("zerogap: no /tokenize answered; prompts use the approximation (one word = one token)")
 
@@ -167,21 +219,32 @@ class Harness:
     def new_client(self) -> StreamClient:
         assert self.settings is not None
         api = self.settings.api
-        return StreamClient(self.base_url, api.path(), self.headers, api.connect_timeout_seconds, api.timeout_seconds)
+        stream = self.settings.workload.stream
+        return StreamClient(
+            self.base_url, api.path(), self.headers, api.connect_timeout_seconds, api.timeout_seconds, stream
+        )
 
     def body(self) -> bytes:
         assert self.settings is not None
-        return request_body(self.settings, self.prompt)
+        return request_body(self.settings, self.prompt, self.model)
 
     def run_one(self, client: StreamClient) -> None:
+        assert self.settings is not None and self.env is not None
+        if self.stopping:
+            gevent.sleep(FAILURE_PAUSE_S)
+            return
         lag = None
         if self.arrivals is not None:
             planned = self.arrivals.take()
             lag = max(0.0, time.time() - planned)
-        record, walls, detail = client.stream(self.body(), lag, self.keep_interrupted)
+        body = self.body()
+        record, walls, detail = with_retries(
+            lambda: client.stream(body, lag, self.keep_interrupted), self.settings.api.max_retries
+        )
         self.keep(record, walls)
-        assert self.env is not None
         fire_locust_events(self.env, client.path, record, detail)
+        if not self.is_worker:
+            self.check_fail_fast(record, detail)
         if not record.ok and self.arrivals is None:
             gevent.sleep(FAILURE_PAUSE_S)  # a dead or refusing server is not hammered in a tight loop
 
@@ -233,6 +296,22 @@ class Harness:
             if step is not None:
                 print(progress_line(step, len(steps)), flush=True)
 
+    def live_rows(self) -> list[dict[str, Any]]:
+        """The web UI's zerogap tab: each phase begun, over its measured window once that began."""
+        if not self.started or self.settings is None or self.plan is None or self.sampler is None:
+            return []
+        now, rows = time.time(), []
+        for phase in self.plan.phases:
+            if self.run_start + phase.start_s > now:
+                break
+            measured = self.run_start + phase.measure_start_s < now
+            window = phase if measured else dataclasses.replace(phase, measure_start_s=phase.start_s)
+            step = summarize_step(self.settings, self.plan, window, self.run_start, now, self.recorder,
+                                  self.sampler.samples)  # fmt: skip
+            if step is not None:
+                rows.append(row(step, len(self.plan.steps), measured))
+        return rows
+
     # ----- master <-> workers -----
     def register_messages(self) -> None:
         runner = self.runner
@@ -257,6 +336,8 @@ class Harness:
     def ingest(self, wire: dict[str, Any]) -> None:
         self.prompt_source = str(wire.get("prompt_source", self.prompt_source))
         records = self.recorder.ingest(wire)
+        for record in records:
+            self.check_fail_fast(record, "")
         if self.exporter is not None:
             for record in records:
                 self.exporter.observe(record)
@@ -310,7 +391,7 @@ class Harness:
         summary = summarize_run(self.settings, self.plan, self.run_start, run_end, self.recorder, self.sampler.samples)
         meta = {
             "base_url": self.base_url,
-            "model": self.settings.workload.model,
+            "model": self.model,
             "endpoint": self.settings.api.path(),
             "mode": "open_loop" if self.plan.open_loop else "closed_loop",
             "prompt_tokens_from": self.prompt_source,

@@ -1,6 +1,7 @@
-"""The harness's figures in Locust's own stats (web UI, CSV, --print-stats): each request
-as POST (response time = E2E, length = output tokens, failures by kind), plus TTFT and
-TPOT rows. Locust rounds them to whole ms under 100 ms; the harness's report does not."""
+"""The harness's requests in Locust's own stats (web UI, CSV, --print-stats): each request
+as one POST (response time = E2E, length = output tokens, failures by kind). Nothing
+else is fired as a request, so Locust's RPS and Aggregated row count requests only;
+TTFT, TPOT, TPS and GPU utilization are in the web UI's zerogap tab (loadtest/_webui.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from loadtest._record import RequestRecord
 
 
 def fire_locust_events(env: Environment, path: str, record: RequestRecord, detail: str) -> None:
-    fire = env.events.request.fire
     exception = None if record.ok else Exception(detail or record.error_kind)
-    fire(
+    env.events.request.fire(
         request_type="POST",
         name=path,
         response_time=record.e2e_s * 1000,
@@ -20,10 +20,3 @@ def fire_locust_events(env: Environment, path: str, record: RequestRecord, detai
         exception=exception,
         context={},
     )
-    if record.ok and record.ttft_s is not None:
-        fire(request_type="TTFT", name="time to first token", response_time=record.ttft_s * 1000,
-             response_length=0, exception=None, context={})  # fmt: skip
-    tpot = record.tpot_s
-    if record.ok and tpot is not None:
-        fire(request_type="TPOT", name="time per output token", response_time=tpot * 1000,
-             response_length=0, exception=None, context={})  # fmt: skip

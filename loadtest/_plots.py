@@ -22,7 +22,11 @@ def load_label(steps: list[dict[str, Any]]) -> str:
 
 
 def _series(steps: list[dict[str, Any]], key: str, pct: str) -> list[float]:
-    return [float("nan") if s[key][pct] is None else s[key][pct] for s in steps]
+    return [float("nan") if not s[key] or s[key][pct] is None else s[key][pct] for s in steps]
+
+
+def _number(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
 
 
 def plot_vs_load(report: dict[str, Any], path: Path) -> Path:
@@ -30,9 +34,9 @@ def plot_vs_load(report: dict[str, Any], path: Path) -> Path:
     loads = [load_of(s) for s in steps]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), dpi=DPI)
     tps, gpu, ttft, tpot = axes[0][0], axes[0][1], axes[1][0], axes[1][1]
-    tps.plot(loads, [s["output_tps"] for s in steps], "o-", label="output tok/s")
-    tps.plot(loads, [s["total_tps"] for s in steps], "s--", label="total tok/s (prompt + output)")
-    invalid = [(load_of(s), s["output_tps"]) for s in steps if not s["valid"]]
+    tps.plot(loads, [_number(s["output_tps"]) for s in steps], "o-", label="output tok/s")
+    tps.plot(loads, [_number(s["total_tps"]) for s in steps], "s--", label="total tok/s (prompt + output)")
+    invalid = [(load_of(s), _number(s["output_tps"])) for s in steps if not s["valid"]]
     if invalid:
         tps.plot(*zip(*invalid, strict=True), "rx", markersize=12, label="invalid: load generator saturated")
     knee = report.get("knee")

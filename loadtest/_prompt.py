@@ -98,17 +98,19 @@ def calibrate(target_tokens: int, counter: Counter | None, prefix: str = "", max
     return best[1], "tokenize"
 
 
-def request_body(settings: Settings, prompt: str) -> bytes:
-    """One streamed request: usage asked for, ignore_eos so outputs run to max_output_tokens."""
+def request_body(settings: Settings, prompt: str, model: str) -> bytes:
+    """One request (streamed unless workload.stream is false): usage asked for, ignore_eos so
+    outputs run to max_output_tokens. A non-streamed answer carries its usage anyway."""
     workload = settings.workload
     text = f"{random.randrange(10**6):06d} {prompt}" if workload.unique_prompts else prompt
     payload: dict[str, Any] = {
-        "model": workload.model,
+        "model": model,
         "max_tokens": workload.max_output_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream": workload.stream,
         "temperature": workload.temperature,
     }
+    if workload.stream:
+        payload["stream_options"] = {"include_usage": True}
     if workload.ignore_eos:
         payload["ignore_eos"] = True
     if settings.api.endpoint == "chat":

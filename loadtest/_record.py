@@ -31,10 +31,12 @@ class RequestRecord:
     token_source: str  # "usage" or "chunks"
     send_lag_s: float | None  # open loop: actual send - planned send
     itl: Histogram = field(default_factory=Histogram)
+    streamed: bool = True  # False: a non-streamed answer (TTFT = E2E; no TPOT, no ITL)
+    retries: int = 0  # attempts before this one (api.max_retries); start/TTFT/E2E count from the first
 
     @property
     def tpot_s(self) -> float | None:
-        if self.ttft_s is None or self.output_tokens < 2:
+        if self.ttft_s is None or self.output_tokens < 2 or not self.streamed:
             return None
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
@@ -51,12 +53,17 @@ class RequestRecord:
             self.token_source,
             self.send_lag_s,
             self.itl.to_wire(),
+            int(self.streamed),
+            self.retries,
         ]
 
     @classmethod
     def from_wire(cls, wire: list[Any]) -> RequestRecord:
-        start, end, ok, kind, ttft, e2e, out, prompt, source, lag, itl = wire
-        return cls(start, end, bool(ok), kind, ttft, e2e, int(out), int(prompt), source, lag, Histogram.from_wire(itl))
+        start, end, ok, kind, ttft, e2e, out, prompt, source, lag, itl, streamed, retries = wire
+        return cls(
+            start, end, bool(ok), kind, ttft, e2e, int(out), int(prompt), source, lag, Histogram.from_wire(itl),
+            bool(streamed), int(retries),
+        )  # fmt: skip
 
 
 @dataclass

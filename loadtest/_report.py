@@ -136,14 +136,19 @@ def _gpu_cell(gpu: dict[str, float] | None) -> str | None:
     return f"{gpu['mean']:.0f}/{gpu['min']:.0f}" if gpu else None
 
 
+def _pcts(step: dict[str, Any], key: str, pcts: tuple[str, ...]) -> str | None:
+    figures = step.get(key)
+    return "/".join(_cell(figures[p]) for p in pcts) if figures else None
+
+
 STEP_COLUMNS = (
     ("output tok/s", lambda s: s["output_tps"]),
     ("total tok/s", lambda s: s["total_tps"]),
     ("req/s", lambda s: s["rps"]),
-    ("TTFT p50/p90/p99 ms", lambda s: "/".join(_cell(s["ttft_ms"][p]) for p in ("p50", "p90", "p99"))),
-    ("TPOT p50/p90/p99 ms", lambda s: "/".join(_cell(s["tpot_ms"][p]) for p in ("p50", "p90", "p99"))),
-    ("ITL p50/p99 ms", lambda s: "/".join(_cell(s["itl_ms"][p]) for p in ("p50", "p99"))),
-    ("E2E p50/p99 ms", lambda s: "/".join(_cell(s["e2e_ms"][p]) for p in ("p50", "p99"))),
+    ("TTFT p50/p90/p99 ms", lambda s: _pcts(s, "ttft_ms", ("p50", "p90", "p99"))),
+    ("TPOT p50/p90/p99 ms", lambda s: _pcts(s, "tpot_ms", ("p50", "p90", "p99"))),
+    ("ITL p50/p99 ms", lambda s: _pcts(s, "itl_ms", ("p50", "p99"))),
+    ("E2E p50/p99 ms", lambda s: _pcts(s, "e2e_ms", ("p50", "p99"))),
     ("GPU mean/min %", lambda s: _gpu_cell(s["gpu_util"])),
     ("token interval ms (GPU idle between forwards)", lambda s: s.get("token_interval_ms")),
     ("CPU interval ms (work per step)", lambda s: s.get("cpu_interval_ms")),
@@ -193,8 +198,11 @@ def notes(report: dict[str, Any]) -> list[str]:
     out = [headline(diagnosis_of(report))]
     knee = report.get("knee")
     out.append(f"Knee: {knee['text']}." if knee else "Knee: none found; TPS still grows 10% or more per step.")
+    skipped = report["steps"][0].get("not_collected") if report["steps"] else None
+    if skipped:
+        out.append("Not collected: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()) + ".")
     for step in report["steps"]:
-        if step["gpu_util"] is None:
+        if step["gpu_util"] is None and "gpu_util" not in (step.get("not_collected") or {}):
             out.append(f"GPU utilization at {load_text(step)}: not available ({step['gpu_util_reason']}).")
         if step["token_count_source"] == "chunks":
             out.append(f"At {load_text(step)} the server sent no usage: output tokens are counted chunks.")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 from zerogap.config.explain import read_text, validate
 
@@ -40,6 +40,9 @@ class ApiSection(_Section):
     endpoint: Literal["chat", "completions"] = "chat"
     connect_timeout_seconds: float = Field(10.0, gt=0)
     timeout_seconds: float = Field(600.0, gt=0, description="longest wait for the next byte of a response")
+    max_retries: int = Field(
+        0, ge=0, le=20, description="retries of a request that failed before its first byte (connect, 429, 5xx)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -65,7 +68,9 @@ class LoadTestSection(_Section):
     duration_seconds: float = Field(300.0, gt=0)
     request_rate: float = Field(0.0, ge=0, description="> 0: open-loop Poisson arrivals, requests/s")
     warmup_seconds: float = Field(30.0, ge=0)
-    steps: list[float] = Field(default_factory=lambda: [32.0, 128.0, 256.0])
+    steps: list[float] = Field(
+        default_factory=list, description="empty: one step at concurrency (or request_rate) for duration_seconds"
+    )
     step_duration_seconds: float = Field(180.0, gt=0)
     measure_last_seconds: float = Field(120.0, gt=0)
     spawn_rate: float = Field(0.0, ge=0, description="users started per second; 0 = all at once")
@@ -94,9 +99,13 @@ class LoadTestSection(_Section):
 
 
 class WorkloadSection(_Section):
-    model: str = Field("tiny-llama", min_length=1)
-    input_tokens: int = Field(512, ge=1, le=1_000_000)
+    model: str = Field("", description='the model to ask for; "" = the only model GET {base_url}/v1/models lists')
+    prompt_tokens: int = Field(
+        512, ge=1, le=1_000_000, validation_alias=AliasChoices("prompt_tokens", "input_tokens"),
+        description="the prompt's length in tokens (input_tokens: the same, older name)",
+    )  # fmt: skip
     max_output_tokens: int = Field(256, ge=1, le=1_000_000)
+    stream: bool = Field(True, description="false: non-streamed requests (TTFT = E2E, no TPOT or ITL)")
     ignore_eos: bool = True
     temperature: float = Field(0.0, ge=0)
     prompt_tokens_from: Literal["tokenize", "approx"] = "tokenize"
@@ -120,6 +129,10 @@ class GpuUtilSection(_Section):
 
 
 class MetricsSection(_Section):
+    collect_tps: bool = Field(True, description="false: no output/total tokens per second anywhere")
+    collect_ttft: bool = Field(True, description="false: no time to first token anywhere")
+    collect_tpot: bool = Field(True, description="false: no time per output token (nor inter-token latency)")
+    collect_gpu_util: bool = Field(True, description="false: GPU utilization is neither scraped nor shown")
     sample_interval_ms: int = Field(1000, ge=50, le=60_000)
     gpu_util: GpuUtilSection = Field(default_factory=GpuUtilSection)
     backend_metrics_urls: list[str] = Field(default_factory=list, description="each backend's /metrics URL")

@@ -21,6 +21,7 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 TOKEN_INTERVAL = "zerogap_sim_token_interval_seconds"  # the GPU's idle gap between two forwards
 CPU_INTERVAL = "zerogap_sim_cpu_interval_seconds"  # the CPU work per step, hidden or not
 PREEMPTIONS = "vllm:num_preemptions_total"
+NOT_COLLECTED_GPU = "metrics.collect_gpu_util is false"
 
 
 @dataclass
@@ -82,16 +83,20 @@ class GpuUtil:
 
     def __init__(self, metrics: MetricsSection) -> None:
         self.settings = metrics.gpu_util
+        self.collect = metrics.collect_gpu_util
         self.timeout_s = metrics.scrape_timeout_seconds
         self.has_backends = bool(metrics.backend_metrics_urls)
         self._nvml: list[Any] | None = None
         self._nvml_error = ""
 
     def metric_names(self) -> set[str]:
-        return {self.settings.backend_metric} if self.settings.source == "backend_metrics" else set()
+        wanted = self.collect and self.settings.source == "backend_metrics"
+        return {self.settings.backend_metric} if wanted else set()
 
     def sample(self, scrape: BackendScrape) -> tuple[float | None, str]:
         source = self.settings.source
+        if not self.collect:
+            return None, NOT_COLLECTED_GPU
         if source == "none":
             return None, 'metrics.gpu_util.source is "none"'
         if source == "backend_metrics":

@@ -69,7 +69,7 @@ class SseParser:
     def _has_text(self, choice: dict[str, Any]) -> bool:
         if not self.chat:
             return bool(choice.get("text"))
-        delta = choice.get("delta") or {}
+        delta = choice.get("delta") or choice.get("message") or {}  # a stream's delta, a whole answer's message
         return any(delta.get(name) for name in _CHAT_TEXT_FIELDS)
 
     @property

@@ -13,6 +13,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from loadtest._collect import leave_out, p50
 from loadtest._diagnosis import diagnose
 from loadtest._histogram import Histogram
 from loadtest._plan import Phase, Plan
@@ -147,6 +148,7 @@ def summarize_step(
         complete=run_start + phase.end_s <= run_end + 0.5,
         requests_ok=len(ok),
         requests_failed=sum(failed.values()),
+        retries=sum(r.retries for r in ended),
         errors=dict(failed),
         output_tps=round(output / duration, 2),
         total_tps=round((output + prompt) / duration, 2),
@@ -166,7 +168,7 @@ def summarize_step(
         cpu_interval_ms=cpu_interval,
         backend=_backend(inside),
     )
-    return step
+    return leave_out(settings, step)
 
 
 def _max(values: list[float | None]) -> float | None:
@@ -192,11 +194,11 @@ def _backend(inside: list[Sample]) -> dict[str, Any]:
 def find_knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The step after which TPS grows less than 10% while latency grows."""
     for here, after in itertools.pairwise(steps):
-        if not here["output_tps"]:
+        if not here["output_tps"] or after["output_tps"] is None:
             continue
         growth = after["output_tps"] / here["output_tps"] - 1.0
-        latency_here = (here["tpot_ms"]["p50"] or 0.0) + (here["ttft_ms"]["p50"] or 0.0)
-        latency_after = (after["tpot_ms"]["p50"] or 0.0) + (after["ttft_ms"]["p50"] or 0.0)
+        latency_here = (p50(here, "tpot_ms") or 0.0) + (p50(here, "ttft_ms") or p50(here, "e2e_ms") or 0.0)
+        latency_after = (p50(after, "tpot_ms") or 0.0) + (p50(after, "ttft_ms") or p50(after, "e2e_ms") or 0.0)
         if growth < KNEE_GROWTH and latency_after > latency_here:
             load = here.get("concurrency", here.get("request_rate"))
             return {

@@ -71,7 +71,7 @@ def asked(config: Config) -> dict[str, Any]:
             value = getattr(getattr(config, section), name)
             if value is not None:
                 out[name] = value
-    for name in ("detokenizer_async", "slot_reuse"):
+    for name in ("overlap_token_interval", "detokenizer_async", "slot_reuse"):
         if name in set_fields(config, "token_interval"):
             out[name] = getattr(config.token_interval, name)
     return out

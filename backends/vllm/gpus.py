@@ -26,7 +26,15 @@ def visible_gpus(env: Mapping[str, str]) -> list[str]:
 
 
 def split_gpus(gpus: list[str], num_replicas: int, per_replica: int) -> list[list[str]]:
-    """[] for every replica when there is no GPU; else consecutive groups of per_replica."""
+    """[] for every replica when there is no GPU (vLLM's CPU backend, one device per replica);
+    else consecutive groups of per_replica."""
+    if not gpus and per_replica > 1:
+        raise LaunchError(
+            f"tensor_parallel_size × pipeline_parallel_size = {per_replica} needs {per_replica} GPUs per replica, "
+            "but this machine has no GPU visible (NVML finds none, or CUDA_VISIBLE_DEVICES is empty). "
+            "On a machine without GPUs run `zerogap backends up --engine sim` (the simulated engine), or set "
+            "[engine].tensor_parallel_size = 1 and pipeline_parallel_size = 1 for vLLM's CPU backend."
+        )
     if not gpus:
         return [[] for _ in range(num_replicas)]
     needed = num_replicas * per_replica

@@ -76,6 +76,8 @@ def vllm_pool(config: Config, log_dir: Path | None, out: IO[str] | None = None) 
     stream = out or sys.stdout
     env = dict(os.environ)
     check_ports(config)
+    engine = config.engine
+    split_gpus(visible_gpus(env), engine.replicas, engine.tensor_parallel_size * engine.pipeline_parallel_size)
     resolve_model(config)  # the file's mistakes first, before asking the interpreter
     install = detect_vllm(vllm_python(config, env))
     stream.write(

@@ -60,4 +60,6 @@ class StartupReport:
             return self.reported.get("engine_core_process")
         if setting == "slot_reuse":
             return True if self.engine_version == "V1" else None
+        if setting == "overlap_token_interval":  # the article's name for async scheduling
+            return self.reported.get("async_scheduling")
         return self.reported.get(setting)

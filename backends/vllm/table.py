@@ -16,6 +16,7 @@ CANNOT = "cannot honour here"
 NOT_REPORTED = "not reported"
 
 SECTIONS = {name: section for name, (section, _) in FLAGS.items()} | {
+    "overlap_token_interval": "token_interval",
     "detokenizer_async": "token_interval",
     "slot_reuse": "token_interval",
     "enable_prefix_caching": "(vLLM only)",
@@ -41,9 +42,10 @@ def _same(setting: str, asked: Any, got: Any) -> bool:
 
 
 def _why_not(setting: str, asked: Any, got: Any, report: StartupReport) -> str:
-    if setting == "async_scheduling" and asked and report.reported.get("device") == "cpu":
+    overlap = setting in ("async_scheduling", "overlap_token_interval")
+    if overlap and asked and report.reported.get("device") == "cpu":
         return "the CPU backend turns async scheduling off"
-    if setting == "async_scheduling" and asked:
+    if overlap and asked:
         return "this vLLM turned it off (pipeline parallelism, speculative decoding or the executor)"
     if setting == "slot_reuse":
         return "vLLM V1 always reuses batch slots (persistent batch)"

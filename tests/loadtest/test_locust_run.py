@@ -94,7 +94,7 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
         assert SECRET not in path.read_bytes().decode("latin-1"), path
     with open(tmp_path / "locust_stats.csv", newline="") as handle:
         rows = {row["Type"]: row for row in csv.DictReader(handle)}
-    assert {"POST", "TTFT", "TPOT"} <= rows.keys()
+    assert "POST" in rows and not {"TTFT", "TPOT"} & rows.keys()  # Locust's rows count requests only
     totals = report["totals"]
     # Locust rewrites its CSV once a second and not at the very end: it may miss the last second
     lag = totals["requests_ok"] + totals["requests_failed"] - int(rows["POST"]["Request Count"])

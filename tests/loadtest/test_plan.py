@@ -6,8 +6,18 @@ from loadtest._plan import Plan
 from loadtest._settings import LoadTestSection
 
 
-def test_article_default_plan() -> None:
+def test_no_steps_is_the_articles_plan() -> None:
+    """The article's load_test (no steps): 30 s warm-up at 128 users, then 300 s at 128, all measured."""
     plan = Plan.from_settings(LoadTestSection())
+    assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [
+        (-1, 128, 0, 30, 30),
+        (0, 128, 30, 330, 30),
+    ]
+    assert plan.tick(0) == (128, 128.0) and plan.tick(329) == (128, 128.0) and plan.tick(330) is None
+
+
+def test_stepped_plan() -> None:
+    plan = Plan.from_settings(LoadTestSection(steps=[32, 128, 256]))
     assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [
         (-1, 32, 0, 30, 30),
         (0, 32, 30, 210, 90),

@@ -27,7 +27,7 @@ def test_shipped_settings_json_is_valid_and_keeps_the_articles_sections() -> Non
         ('{"load_test": {"concurency": 3}}', "load_test.concurency: unknown field"),
         ('{"api": {"base_url": "not a url"}}', "api.base_url:"),
         ('{"api": {"api_key": "sk-123"}}', "api_key must not be written in settings.json"),
-        ('{"load_test": {"measure_last_seconds": 500}}', "measure_last_seconds (500.0) is longer"),
+        ('{"load_test": {"steps": [8], "measure_last_seconds": 500}}', "measure_last_seconds (500.0) is longer"),
         ('{"metrics": {"gpu_util": {"source": "dcgm"}}}', "metrics.gpu_util.source:"),
         ('{"workload": {"max_output_tokens": 0}}', "workload.max_output_tokens:"),
         ("[1, 2]", "the top level must be a JSON object"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from zerogap.config.base import Section
 
@@ -46,6 +46,27 @@ class TokenIntervalSection(Section):
     """The three fixes of the source article for the CPU time between GPU steps."""
 
     async_scheduling: bool = True
+    overlap_token_interval: bool | None = Field(
+        None, description="the source article's name for async_scheduling (hide the interval behind the forward)"
+    )
     detokenizer_async: bool = True
     slot_reuse: bool = True
     api_server_count: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _overlap_is_async_scheduling(self) -> TokenIntervalSection:
+        """overlap_token_interval and async_scheduling are one setting under two names: they must agree,
+        and the one the file sets decides."""
+        overlap = self.overlap_token_interval
+        if overlap is None or "overlap_token_interval" not in self.model_fields_set:
+            self.__dict__["overlap_token_interval"] = self.async_scheduling
+            return self
+        if "async_scheduling" in self.model_fields_set and overlap != self.async_scheduling:
+            raise ValueError(
+                f"overlap_token_interval = {str(overlap).lower()} and async_scheduling = "
+                f"{str(self.async_scheduling).lower()} disagree; they are one setting (async scheduling hides the "
+                "token interval behind the forward). Keep one of them, or set both to the same value"
+            )
+        self.__dict__["async_scheduling"] = overlap
+        self.model_fields_set.add("async_scheduling")
+        return self

@@ -17,6 +17,9 @@ class LoggingSection(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
     access_log: bool = False
+    log_tps: bool = Field(False, description="every log_interval_s: each replica's / the gateway's output tok/s")
+    log_gpu_util: bool = Field(False, description="with it, each replica's GPU utilization (NVML; the sim's model)")
+    log_interval_s: float = Field(10.0, gt=0, description="how often log_tps / log_gpu_util lines are printed")
 
 
 class Config(Section):

@@ -13,7 +13,12 @@ def test_replicas_get_consecutive_groups() -> None:
 
 
 def test_no_gpu_means_cpu_backend_for_every_replica() -> None:
-    assert split_gpus([], 3, 2) == [[], [], []]
+    assert split_gpus([], 3, 1) == [[], [], []]
+
+
+def test_tensor_parallel_without_gpus_says_so() -> None:
+    with pytest.raises(LaunchError, match=r"= 4 needs 4 GPUs per replica, but this machine has no GPU.*--engine sim"):
+        split_gpus([], 1, 4)
 
 
 def test_too_few_gpus_says_what_to_lower() -> None:

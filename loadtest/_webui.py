@@ -1,0 +1,93 @@
+"""The zerogap tab of Locust's web UI (Locust's extended web UI: extended_tabs /
+extended_tables in the page's template args, the rows in /stats/requests under
+extended_stats): the live per-step table the article asks to watch, one row per
+step begun: users, output tok/s, TTFT p50/p99, TPOT p50, GPU utilization, failures.
+
+    http://127.0.0.1:8089/?tab=zerogap
+
+Locust's own request table stays requests only (one POST row): its RPS is the request rate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from locust.env import Environment
+
+TAB_KEY = "zerogap"
+REFRESH_S = 1.0
+COLUMNS = (
+    ("step", "Step"),
+    ("users", "Users"),
+    ("output_tps", "Output tok/s"),
+    ("ttft_p50_ms", "TTFT p50 ms"),
+    ("ttft_p99_ms", "TTFT p99 ms"),
+    ("tpot_p50_ms", "TPOT p50 ms"),
+    ("gpu_util", "GPU util %"),
+    ("failures", "Failures"),
+    ("measured", "Window"),
+)
+NOT_COLLECTED = "not collected"
+
+
+def _pct(step: dict[str, Any], key: str, pct: str) -> float | str | None:
+    if key in (step.get("not_collected") or {}):
+        return NOT_COLLECTED
+    figures = step.get(key)
+    value = figures.get(pct) if figures else None
+    return None if value is None else round(float(value), 1)
+
+
+def row(step: dict[str, Any], num_steps: int, measured: bool) -> dict[str, Any]:
+    """One step's summary (summarize_step's dict) as a row of the tab."""
+    skipped = step.get("not_collected") or {}
+    gpu = step.get("gpu_util")
+    index = step["index"]
+    return {
+        "step": "warm-up" if index < 0 else f"{index + 1}/{num_steps}",
+        "users": step["users"],
+        "output_tps": NOT_COLLECTED if "output_tps" in skipped else round(step["output_tps"] or 0.0, 1),
+        "ttft_p50_ms": _pct(step, "ttft_ms", "p50"),
+        "ttft_p99_ms": _pct(step, "ttft_ms", "p99"),
+        "tpot_p50_ms": _pct(step, "tpot_ms", "p50"),
+        "gpu_util": NOT_COLLECTED if "gpu_util" in skipped else (None if gpu is None else round(gpu["mean"], 1)),
+        "failures": step["requests_failed"],
+        "measured": "measured" if measured else "so far",
+    }
+
+
+class ZerogapTab:
+    """Installs the tab on a Locust web UI; `rows()` gives the live table (cached REFRESH_S)."""
+
+    def __init__(self, rows: Callable[[], list[dict[str, Any]]]) -> None:
+        self.rows = rows
+        self._cache: list[dict[str, Any]] = []
+        self._cached_at = 0.0
+
+    def current(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        if now - self._cached_at >= REFRESH_S:
+            self._cache, self._cached_at = self.rows(), now
+        return self._cache
+
+    def install(self, environment: Environment) -> None:
+        web_ui = environment.web_ui
+        if web_ui is None or web_ui.app is None:
+            return
+        app = web_ui.app
+        web_ui.template_args["extended_tabs"] = [{"title": "zerogap", "key": TAB_KEY}]
+        web_ui.template_args["extended_tables"] = [
+            {"key": TAB_KEY, "structure": [{"key": key, "title": title} for key, title in COLUMNS]}
+        ]
+        from flask import Response, request
+
+        @app.after_request
+        def _add_zerogap_rows(response: Response) -> Response:
+            if request.path != "/stats/requests" or response.json is None:
+                return response
+            extended = [{"key": TAB_KEY, "data": self.current()}]
+            response.set_data(json.dumps({**response.json, "extended_stats": extended}))
+            return response
