@@ -146,7 +146,8 @@ class Harness:
         try:
             self.model = self.settings.workload.model or choose_model(self.base_url, self.headers, self.list_timeout_s)
         except ModelChoiceError as exc:
-            self.stop_run(str(exc))
+            fix = f"\nFix: {advice(exc.kind, self.base_url, '', None)}" if exc.kind else ""
+            self.stop_run(f"{exc}{fix}")
             return
         if not self.is_master:
             self.prepare_prompt()

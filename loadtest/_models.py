@@ -10,7 +10,12 @@ from typing import Any
 
 
 class ModelChoiceError(Exception):
-    """No model can be chosen; str() says why and what to write in settings.json."""
+    """No model can be chosen; str() says why and what to write in settings.json. kind: the
+    failure's kind as the fail-fast advice knows it ("HTTP 401", "connection error"), or ""."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def list_models(base_url: str, headers: dict[str, str], timeout_s: float) -> list[str]:
@@ -21,10 +26,10 @@ def list_models(base_url: str, headers: dict[str, str], timeout_s: float) -> lis
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body: Any = json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        raise ModelChoiceError(f"GET {url} answered HTTP {exc.code}: {_message(exc)}") from None
+        raise ModelChoiceError(f"GET {url} answered HTTP {exc.code}: {_message(exc)}", f"HTTP {exc.code}") from None
     except (OSError, urllib.error.URLError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ModelChoiceError(f"GET {url} failed: {reason}. Check api.base_url in settings.json.") from None
+        raise ModelChoiceError(f"GET {url} failed: {reason}", "connection error") from None
     except ValueError:
         raise ModelChoiceError(f"GET {url} did not answer JSON: is api.base_url an OpenAI-compatible API?") from None
     try:

@@ -1,0 +1,120 @@
+"""The article's files driving a real stack: the sim behind the gateway, both from the
+article's config.toml, and `locust -f loadtest/` from its settings.json (short runs)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.article.stack import MODEL, Stack, article_settings, article_stack, write_json
+from tests.conftest import REPO, free_port
+from tests.loadtest.helpers import locust_cmd, read_report
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with article_stack(tmp_path_factory.mktemp("article")) as running:
+        yield running
+
+
+def run(stack: Stack, name: str, env: dict[str, str] | None = None, **sections: dict[str, Any]) -> tuple[
+    subprocess.CompletedProcess[str], Path
+]:  # fmt: skip
+    settings = article_settings(stack.base_url, stack.workdir / "runs", name, **sections)
+    path = write_json(stack.workdir / f"{name}.json", settings)
+    done = subprocess.run(locust_cmd(path), cwd=REPO, env=env or stack.env(), capture_output=True, text=True,
+                          timeout=90, check=False)  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done, stack.workdir / "runs" / name
+
+
+def test_streamed_no_steps_no_model(stack: Stack) -> None:
+    """The article's settings as written: one step at concurrency, the model from /v1/models."""
+    done, run_dir = run(stack, "streamed", metrics={"backend_metrics_urls": [stack.sim_metrics]})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = read_report(run_dir)
+    assert report["run"]["model"] == MODEL
+    (step,) = report["steps"]
+    assert step["concurrency"] == 8 and step["requests_ok"] > 0 and step["requests_failed"] == 0
+    assert step["output_tps"] > 0 and step["ttft_ms"]["p50"] and step["tpot_ms"]["p50"] and step["itl_ms"]["p50"]
+    assert step["gpu_util"] is not None and step["not_collected"] == {}
+    assert step["ttft_ms"]["p50"] < step["e2e_ms"]["p50"]
+
+
+def test_not_streamed_with_steps(stack: Stack) -> None:
+    done, run_dir = run(
+        stack, "whole", workload={"stream": False},
+        load_test={"steps": [2, 4], "step_duration_seconds": 3, "measure_last_seconds": 2},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = read_report(run_dir)["steps"]
+    assert [s["concurrency"] for s in steps] == [2, 4]
+    for step in steps:
+        assert step["requests_ok"] > 0 and step["token_count_source"] == "usage" and step["output_tps"] > 0
+        assert step["tpot_ms"] is None and step["itl_ms"] is None
+        assert "workload.stream is false" in step["tpot_ms_reason"]
+        assert step["ttft_ms"]["p50"] == step["e2e_ms"]["p50"]  # the answer's first byte is its last
+    assert "TPOT" not in done.stdout.split("zerogap step 1/2")[1].splitlines()[0]
+
+
+def test_collect_false_leaves_the_metric_out(stack: Stack) -> None:
+    off = {f"collect_{name}": False for name in ("tps", "ttft", "tpot", "gpu_util")}
+    done, run_dir = run(stack, "off", metrics={**off, "backend_metrics_urls": [stack.sim_metrics]})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (step,) = read_report(run_dir)["steps"]
+    for key in ("output_tps", "total_tps", "ttft_ms", "tpot_ms", "itl_ms", "gpu_util"):
+        assert step[key] is None and key in step["not_collected"], key
+    assert step["gpu_util_reason"] == "metrics.collect_gpu_util is false"
+    assert step["requests_ok"] > 0 and step["e2e_ms"]["p50"]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("zerogap step 1/1"))
+    assert "tok/s" not in line and "TTFT" not in line and "GPU" not in line
+
+
+@pytest.mark.parametrize(
+    ("case", "advice"),
+    [
+        ("401", "`echo $TAOTOKEN_API_KEY`"),
+        ("404", "ends at /api"),
+        ("refused", "Check api.base_url"),
+    ],
+)
+def test_fail_fast_prints_the_articles_advice(stack: Stack, case: str, advice: str) -> None:
+    sections: dict[str, dict[str, Any]] = {"load_test": {"duration_seconds": 30}}
+    env = stack.env()
+    if case == "401":
+        env["TAOTOKEN_API_KEY"] = "sk-wrong"
+        sections["workload"] = {"model": MODEL}
+    elif case == "404":
+        sections["workload"] = {"model": "no-such-model"}
+    else:
+        sections["api"] = {"base_url": f"http://127.0.0.1:{free_port()}/api", "max_retries": 1}
+        sections["workload"] = {"model": MODEL}
+    started = time.monotonic()
+    done, run_dir = run(stack, f"fail-{case}", env=env, **sections)
+    assert time.monotonic() - started < 25  # stopped long before the 31 s planned
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "the first 20 requests all failed with" in done.stderr and advice in done.stderr, done.stderr[-3000:]
+    if case == "404":
+        assert f"offers: {MODEL}" in done.stderr and "does not exist" in done.stderr
+    assert (run_dir / "report.json").is_file()
+
+
+def test_backends_and_gateway_log_their_rates(stack: Stack) -> None:
+    """[logging].log_tps / log_gpu_util: lines per replica (tok/s > 0 under load, the sim's busy
+    ratio) from `zerogap backends up`, and the gateway's relayed tok/s."""
+    if not (stack.workdir / "runs" / "streamed").exists():
+        test_streamed_no_steps_no_model(stack)
+    time.sleep(1.5)
+    backends = stack.backends_log.read_text(errors="replace")
+    assert "overlap_token_interval = async_scheduling = true" in backends and "mode async+slot_reuse" in backends
+    busy = re.findall(r"replica0 output ([\d,]+) tok/s, GPU (\d+)% \(sim busy ratio\)", backends)
+    assert busy and max(int(tps.replace(",", "")) for tps, _ in busy) > 0, backends[-2000:]
+    assert max(int(gpu) for _, gpu in busy) > 0
+    relayed = re.findall(r"relayed ([\d,]+) output tok/s", stack.gateway_log.read_text(errors="replace"))
+    assert relayed and max(int(x.replace(",", "")) for x in relayed) > 0
