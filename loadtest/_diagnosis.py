@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from loadtest._collect import p50
+
 LIMITS = (
     "none",
     "batch_cap",
@@ -115,7 +117,7 @@ def _load_generator(s: Step) -> tuple[str, str] | None:
 
 
 def _still_growing(s: Step) -> tuple[str, str] | None:
-    if s.after is None or not s.raw.get("output_tps"):
+    if s.after is None or not s.raw.get("output_tps") or s.after.get("output_tps") is None:
         return None
     growth = s.after["output_tps"] / s.raw["output_tps"] - 1.0
     if growth < TPS_GROWTH:
@@ -178,8 +180,8 @@ def _prefill(s: Step) -> tuple[str, str] | None:
         return None
     if s.before is None:
         return None
-    ttft, ttft_before = _num(s.raw["ttft_ms"].get("p50")), _num(s.before["ttft_ms"].get("p50"))
-    tpot, tpot_before = _num(s.raw["tpot_ms"].get("p50")), _num(s.before["tpot_ms"].get("p50"))
+    ttft, ttft_before = _num(p50(s.raw, "ttft_ms")), _num(p50(s.before, "ttft_ms"))  # None: not collected
+    tpot, tpot_before = _num(p50(s.raw, "tpot_ms")), _num(p50(s.before, "tpot_ms"))
     if ttft is None or tpot is None or not ttft_before or not tpot_before:
         return None
     if ttft < TTFT_GROWTH * ttft_before or tpot >= TPOT_HOLDS * tpot_before:

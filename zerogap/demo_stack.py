@@ -81,7 +81,7 @@ def harness_settings(pool: Pool, args: argparse.Namespace, gateway_port: int, ou
         },
         "workload": {
             "model": pool.name,
-            "input_tokens": args.input_tokens,
+            "prompt_tokens": args.input_tokens,
             "max_output_tokens": args.output_tokens,
             "ignore_eos": True,
             "tokenize_url": f"http://{HOST}:{pool.port}/tokenize",

@@ -56,7 +56,9 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: flo
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+            raise RuntimeError(
+                f"{proc.args!r} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=1.0) as response:
                 if response.status == 200:
@@ -94,8 +96,8 @@ def article_stack(workdir: Path) -> Iterator[Stack]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with stack.backends_log.open("wb") as sink:
-            backends = subprocess.Popen(zerogap_cmd("backends", "up", "--engine", "sim", "--config", str(config)),
-                                        cwd=workdir, env=stack.env(), stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
+            argv = zerogap_cmd("backends", "up", "--engine", "sim", "--config", str(config))
+            backends = subprocess.Popen(argv, cwd=workdir, env=stack.env(), stdout=sink, stderr=subprocess.STDOUT)
         procs.append(backends)
         wait_http(f"http://127.0.0.1:{stack.base_port}/health", backends, stack.backends_log)
         with stack.gateway_log.open("wb") as sink:
