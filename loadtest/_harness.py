@@ -305,7 +305,7 @@ class Harness:
         for phase in self.plan.phases:
             if self.run_start + phase.start_s > now:
                 break
-            measured = self.run_start + phase.measure_start_s < now
+            measured = phase.measured and self.run_start + phase.measure_start_s < now  # warm-up: never measured
             window = phase if measured else dataclasses.replace(phase, measure_start_s=phase.start_s)
             step = summarize_step(self.settings, self.plan, window, self.run_start, now, self.recorder,
                                   self.sampler.samples)  # fmt: skip

@@ -3,9 +3,11 @@ article's config.toml, and `locust -f loadtest/` from its settings.json (short r
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.article.stack import MODEL, Stack, article_settings, article_stack, write_json
-from tests.conftest import REPO, free_port
-from tests.loadtest.helpers import locust_cmd, read_report
+from tests.conftest import REPO, free_port, stop_process, wait_for_port
+from tests.loadtest.helpers import LOCUST, locust_cmd, read_report
+from tests.render import inspect_page
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +121,54 @@ def test_backends_and_gateway_log_their_rates(stack: Stack) -> None:
     assert max(int(gpu) for _, gpu in busy) > 0
     relayed = re.findall(r"relayed ([\d,]+) output tok/s", stack.gateway_log.read_text(errors="replace"))
     assert relayed and max(int(x.replace(",", "")) for x in relayed) > 0
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def _gateway_requests(stack: Stack) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.gateway_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("zerogap_requests_total"))
+
+
+def _ui_requests(web: str) -> tuple[float, dict[str, Any]]:
+    stats = _get_json(f"{web}/stats/requests")
+    total = next(row for row in stats["stats"] if row["name"] == "Aggregated")
+    return float(total["num_requests"]), stats
+
+
+def test_web_ui_counts_requests_only_and_shows_the_zerogap_tab(stack: Stack) -> None:
+    """Locust's own table counts requests (no TTFT/TPOT rows): its request rate is the gateway's.
+    The zerogap tab holds the per-step figures and renders in headless Chromium."""
+    settings = article_settings(stack.base_url, stack.workdir / "runs", "ui", load_test={"duration_seconds": 12},
+                                metrics={"backend_metrics_urls": [stack.sim_metrics]})  # fmt: skip
+    path = write_json(stack.workdir / "ui.json", settings)
+    port = free_port()
+    web = f"http://127.0.0.1:{port}"
+    cmd = [LOCUST, "-f", str(REPO / "loadtest"), "--settings", str(path), "--web-host", "127.0.0.1",
+           "--web-port", str(port), "--autostart", "--autoquit", "1"]  # fmt: skip
+    log = stack.workdir / "ui.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=stack.env(), stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, timeout_s=30, proc=proc)  # type: ignore[arg-type]
+        time.sleep(3.0)  # past the warm-up: every user streams
+        ui_before, gateway_before = _ui_requests(web)[0], _gateway_requests(stack)
+        time.sleep(4.0)
+        (ui_after, stats), gateway_after = _ui_requests(web), _gateway_requests(stack)
+        page = inspect_page(f"{web}/?tab=zerogap", wait_ms=4000)
+    finally:
+        stop_process(proc)  # type: ignore[arg-type]
+    assert "Traceback" not in log.read_text(errors="replace")
+    assert {row["method"] for row in stats["stats"] if row["name"] != "Aggregated"} == {"POST"}
+    ui_rate, gateway_rate = ui_after - ui_before, gateway_after - gateway_before
+    assert gateway_rate > 20 and abs(ui_rate - gateway_rate) <= 0.10 * gateway_rate, (ui_rate, gateway_rate)
+    (tab,) = [table for table in stats["extended_stats"] if table["key"] == "zerogap"]
+    steps = {row["step"]: row for row in tab["data"]}
+    assert steps["1/1"]["users"] == 8 and steps["1/1"]["output_tps"] > 0 and steps["1/1"]["tpot_p50_ms"] > 0
+    for title in ("Output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "GPU util %", "Failures"):
+        assert title in page.dom, title
+    assert ">1/1<" in page.dom and ">warm-up<" in page.dom
