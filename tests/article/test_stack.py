@@ -154,14 +154,14 @@ def test_web_ui_counts_requests_only_and_shows_the_zerogap_tab(stack: Stack) -> 
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, cwd=REPO, env=stack.env(), stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_for_port(port, timeout_s=30, proc=proc)  # type: ignore[arg-type]
+        wait_for_port(port, timeout_s=30, proc=proc)
         time.sleep(3.0)  # past the warm-up: every user streams
         ui_before, gateway_before = _ui_requests(web)[0], _gateway_requests(stack)
         time.sleep(4.0)
         (ui_after, stats), gateway_after = _ui_requests(web), _gateway_requests(stack)
         page = inspect_page(f"{web}/?tab=zerogap", wait_ms=4000)
     finally:
-        stop_process(proc)  # type: ignore[arg-type]
+        stop_process(proc)
     assert "Traceback" not in log.read_text(errors="replace")
     assert {row["method"] for row in stats["stats"] if row["name"] != "Aggregated"} == {"POST"}
     ui_rate, gateway_rate = ui_after - ui_before, gateway_after - gateway_before
