@@ -27,6 +27,11 @@ def _tps(step: dict[str, Any], key: str = "output_tps") -> str:
     return "-" if step.get(key) is None else f"{step[key]:,.0f}"
 
 
+def _hit(step: dict[str, Any]) -> str:
+    rate = step.get("prefix_cache_hit_rate")
+    return "-" if rate is None else f"{rate * 100:.0f}%"
+
+
 def progress_line(step: dict[str, Any], num_steps: int) -> str:
     """One line per step; a figure settings.json does not collect is left out."""
     flag = "" if step["valid"] else f"  INVALID: {step['invalid_reason']}"
@@ -35,6 +40,7 @@ def progress_line(step: dict[str, Any], num_steps: int) -> str:
     parts += [f"TTFT p50 {_ms(step['ttft_ms'])} ms" if "ttft_ms" not in skip else ""]
     parts += [f"TPOT p50 {_ms(step['tpot_ms'])} ms" if "tpot_ms" not in skip else ""]
     parts += [f"GPU {_gpu(step)}" if "gpu_util" not in skip else ""]
+    parts += [f"prefix-cache hits {_hit(step)}" if step.get("prefix_cache_hit_rate") is not None else ""]
     retries = f", {step['retries']} retried" if step.get("retries") else ""
     parts += [f"ok {step['requests_ok']} failed {step['requests_failed']}{retries}"]
     figures = ", ".join(part for part in parts if part)
@@ -43,7 +49,7 @@ def progress_line(step: dict[str, Any], num_steps: int) -> str:
 
 HEADER = (
     f"{'load':>14} {'out tok/s':>10} {'tot tok/s':>10} {'req/s':>7} {'TTFT p50':>9} {'p99':>8} "
-    f"{'TPOT p50':>9} {'p99':>7} {'ITL p50':>8} {'GPU':>5} {'gap':>6} {'CPU':>6} {'good/s':>7} {'fail':>5} "
+    f"{'TPOT p50':>9} {'p99':>7} {'ITL p50':>8} {'GPU':>5} {'gap':>6} {'CPU':>6} {'hit':>5} {'good/s':>7} {'fail':>5} "
     f"{'valid':>5}"
 )
 
@@ -60,7 +66,7 @@ def table(report: dict[str, Any]) -> str:
             f"{load_text(step):>14} {_tps(step):>10} {_tps(step, 'total_tps'):>10} {step['rps']:>7.2f} "
             f"{_ms(step['ttft_ms']):>9} {_ms(step['ttft_ms'], 'p99'):>8} {_ms(step['tpot_ms']):>9} "
             f"{_ms(step['tpot_ms'], 'p99'):>7} {_ms(step['itl_ms']):>8} {_gpu(step):>5} "
-            f"{_interval(step, 'token_interval_ms'):>6} {_interval(step, 'cpu_interval_ms'):>6} "
+            f"{_interval(step, 'token_interval_ms'):>6} {_interval(step, 'cpu_interval_ms'):>6} {_hit(step):>5} "
             f"{step['goodput_rps']:>7.2f} {step['requests_failed']:>5} {'yes' if step['valid'] else 'NO':>5}"
         )
     for entry in report.get("diagnosis") or []:
@@ -82,7 +88,7 @@ def table(report: dict[str, Any]) -> str:
     if skipped:
         reasons = sorted(set(skipped.values()))
         lines.append(f"not collected ({', '.join(sorted(skipped))}): {'; '.join(reasons)}")
-    lines.append("latencies in ms (0.1 ms resolution)")
+    lines.append("latencies in ms (0.1 ms resolution); hit: the engines' prefix-cache hit rate")
     if report.get("diagnosis"):
         lines.append(headline(report["diagnosis"]))
     return "\n".join(lines)

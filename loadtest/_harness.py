@@ -39,6 +39,7 @@ from loadtest._settings import Settings, SettingsError, load_settings, settings_
 from loadtest._summary import summarize_run, summarize_step
 from loadtest._timeline import Sampler
 from loadtest._webui import ZerogapTab, row
+from loadtest._workload import Session, Workload
 
 log = logging.getLogger("zerogap.loadtest")
 WIRE_KEY = "zerogap"
@@ -67,6 +68,7 @@ class Harness:
         self.base_url = ""
         self.prompt = ""
         self.prompt_source = "approx"
+        self.workload: Workload | None = None
         self.run_start = 0.0
         self.run_dir: Path | None = None
         self.sampler: Sampler | None = None
@@ -207,6 +209,7 @@ class Harness:
             counter = tokenize_counter(urls, self.model, self.settings.metrics.scrape_timeout_seconds)
         prefix = NONCE_SHAPE if workload.unique_prompts else ""
         self.prompt, self.prompt_source = calibrate(workload.prompt_tokens, counter, prefix)
+        self.workload = Workload(self.settings, self.prompt, self.settings.load_test.seed)
         if workload.prompt_tokens_from == "tokenize" and self.prompt_source != "tokenize":
             log.warning("zerogap: no /tokenize answered; prompts use the approximation (one word = one token)")
 
@@ -225,11 +228,19 @@ class Harness:
             self.base_url, api.path(), self.headers, api.connect_timeout_seconds, api.timeout_seconds, stream
         )
 
-    def body(self) -> bytes:
+    def new_session(self) -> Session | None:
+        """A user's own prefix and conversation, for the shared-prefix and multi-turn workloads."""
+        if self.workload is None or not self.workload.shaped:
+            return None
+        return self.workload.session()
+
+    def body(self, session: Session | None = None) -> bytes:
         assert self.settings is not None
+        if session is not None:
+            return session.body(self.model)
         return request_body(self.settings, self.prompt, self.model)
 
-    def run_one(self, client: StreamClient) -> None:
+    def run_one(self, client: StreamClient, session: Session | None = None) -> None:
         assert self.settings is not None and self.env is not None
         if self.stopping:
             gevent.sleep(FAILURE_PAUSE_S)
@@ -238,10 +249,12 @@ class Harness:
         if self.arrivals is not None:
             planned = self.arrivals.take()
             lag = max(0.0, time.time() - planned)
-        body = self.body()
+        body = self.body(session)
         record, walls, detail = with_retries(
             lambda: client.stream(body, lag, self.keep_interrupted), self.settings.api.max_retries
         )
+        if session is not None and record.ok:
+            session.answered(record.output_tokens)
         self.keep(record, walls)
         fire_locust_events(self.env, client.path, record, detail)
         if not self.is_worker:

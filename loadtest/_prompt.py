@@ -98,11 +98,15 @@ def calibrate(target_tokens: int, counter: Counter | None, prefix: str = "", max
     return best[1], "tokenize"
 
 
-def request_body(settings: Settings, prompt: str, model: str) -> bytes:
+def request_body(settings: Settings, prompt: str, model: str, messages: list[dict[str, str]] | None = None) -> bytes:
     """One request (streamed unless workload.stream is false): usage asked for, ignore_eos so
-    outputs run to max_output_tokens. A non-streamed answer carries its usage anyway."""
+    outputs run to max_output_tokens. A non-streamed answer carries its usage anyway.
+    messages (shared-prefix and multi-turn workloads) replace the one user message of prompt;
+    for /v1/completions their texts are joined."""
     workload = settings.workload
     text = f"{random.randrange(10**6):06d} {prompt}" if workload.unique_prompts else prompt
+    if messages is None:
+        messages = [{"role": "user", "content": text}]
     payload: dict[str, Any] = {
         "model": model,
         "max_tokens": workload.max_output_tokens,
@@ -114,7 +118,7 @@ def request_body(settings: Settings, prompt: str, model: str) -> bytes:
     if workload.ignore_eos:
         payload["ignore_eos"] = True
     if settings.api.endpoint == "chat":
-        payload["messages"] = [{"role": "user", "content": text}]
+        payload["messages"] = messages
     else:
-        payload["prompt"] = text
+        payload["prompt"] = "\n\n".join(m["content"] for m in messages)
     return json.dumps(payload).encode()

@@ -132,6 +132,10 @@ def _lag_cell(lag: dict[str, float | None] | None) -> str | None:
     return "/".join(_cell(lag[p]) for p in ("p50", "p90")) if lag else None
 
 
+def _percent(rate: float | None) -> str | None:
+    return None if rate is None else f"{rate * 100:.1f}"
+
+
 def _gpu_cell(gpu: dict[str, float] | None) -> str | None:
     return f"{gpu['mean']:.0f}/{gpu['min']:.0f}" if gpu else None
 
@@ -146,6 +150,7 @@ STEP_COLUMNS = (
     ("total tok/s", lambda s: s["total_tps"]),
     ("req/s", lambda s: s["rps"]),
     ("TTFT p50/p90/p99 ms", lambda s: _pcts(s, "ttft_ms", ("p50", "p90", "p99"))),
+    ("prefix-cache hit %", lambda s: _percent(s.get("prefix_cache_hit_rate"))),
     ("TPOT p50/p90/p99 ms", lambda s: _pcts(s, "tpot_ms", ("p50", "p90", "p99"))),
     ("ITL p50/p99 ms", lambda s: _pcts(s, "itl_ms", ("p50", "p99"))),
     ("E2E p50/p99 ms", lambda s: _pcts(s, "e2e_ms", ("p50", "p99"))),

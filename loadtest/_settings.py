@@ -111,11 +111,24 @@ class WorkloadSection(_Section):
     prompt_tokens_from: Literal["tokenize", "approx"] = "tokenize"
     tokenize_url: str = Field("", description='POST endpoint counting tokens; "" tries {base_url}/tokenize, /tokenize')
     unique_prompts: bool = True
+    prefix_groups: int = Field(0, ge=0, le=100_000, description="> 0: requests share one of G prefixes")
+    prefix_tokens: int = Field(0, ge=0, le=1_000_000, description="length of each shared prefix (before input)")
+    prefix_hot_share: float = Field(0.0, ge=0, le=1, description="> 0: prefix 0 takes this share of requests")
+    multi_turn: bool = Field(False, description="each user sends its conversation's growing history")
+    max_turns: int = Field(8, ge=1, le=1000, description="multi_turn: a conversation starts over after this")
 
     @field_validator("tokenize_url")
     @classmethod
     def _url(cls, value: str) -> str:
         return _check_url(value) if value else value
+
+    @model_validator(mode="after")
+    def _prefixes(self) -> WorkloadSection:
+        if self.prefix_groups and not self.prefix_tokens:
+            raise ValueError("prefix_groups is set but prefix_tokens is 0; give each shared prefix a length")
+        if self.prefix_hot_share and self.prefix_groups < 2:
+            raise ValueError("prefix_hot_share needs prefix_groups >= 2 (one hot prefix and the others)")
+        return self
 
 
 class GpuUtilSection(_Section):

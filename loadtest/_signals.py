@@ -21,6 +21,8 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 TOKEN_INTERVAL = "zerogap_sim_token_interval_seconds"  # the GPU's idle gap between two forwards
 CPU_INTERVAL = "zerogap_sim_cpu_interval_seconds"  # the CPU work per step, hidden or not
 PREEMPTIONS = "vllm:num_preemptions_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"  # tokens found in the prefix cache (vLLM and the sim)
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"  # tokens looked up
 NOT_COLLECTED_GPU = "metrics.collect_gpu_util is false"
 
 

@@ -167,8 +167,24 @@ def summarize_step(
         token_interval_ms=interval,
         cpu_interval_ms=cpu_interval,
         backend=_backend(inside),
+        prefix_cache_hit_rate=prefix_hit_rate(samples, start, end),
     )
     return leave_out(settings, step)
+
+
+def prefix_hit_rate(samples: list[Sample], start: float, end: float) -> float | None:
+    """The engines' prefix-cache hit rate in [start, end): the growth of
+    vllm:prefix_cache_hits_total over that of vllm:prefix_cache_queries_total, from the last
+    sample before the window to the last one inside it (None without both counters)."""
+    before = [s for s in samples if s.wall < start and s.prefix_cache_queries is not None]
+    inside = [s for s in samples if start <= s.wall < end and s.prefix_cache_queries is not None]
+    if not inside or (not before and len(inside) < 2):
+        return None
+    first = before[-1] if before else inside[0]
+    last = inside[-1]
+    queries = (last.prefix_cache_queries or 0.0) - (first.prefix_cache_queries or 0.0)
+    hits = (last.prefix_cache_hits or 0.0) - (first.prefix_cache_hits or 0.0)
+    return round(hits / queries, 4) if queries > 0 else None
 
 
 def _max(values: list[float | None]) -> float | None:

@@ -19,6 +19,8 @@ from loadtest._signals import (
     CPU_INTERVAL,
     KV_USAGE,
     PREEMPTIONS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
     RUNNING,
     TOKEN_INTERVAL,
     WAITING,
@@ -41,6 +43,8 @@ class Sample:
     cpu_interval_ms: float | None = None  # the CPU work per step, hidden or not
     preemptions_total: float | None = None
     max_num_seqs: int | None = None  # the engines' summed cap, where they say it
+    prefix_cache_hits: float | None = None  # counters summed over the backends (tokens)
+    prefix_cache_queries: float | None = None
 
 
 class Sampler:
@@ -49,7 +53,17 @@ class Sampler:
     def __init__(self, metrics: MetricsSection) -> None:
         self.metrics = metrics
         self.gpu = GpuUtil(metrics)
-        self.names = {RUNNING, WAITING, KV_USAGE, TOKEN_INTERVAL, CPU_INTERVAL, PREEMPTIONS} | self.gpu.metric_names()
+        self.names = {
+            RUNNING,
+            WAITING,
+            KV_USAGE,
+            TOKEN_INTERVAL,
+            CPU_INTERVAL,
+            PREEMPTIONS,
+            PREFIX_HITS,
+            PREFIX_QUERIES,
+        }
+        self.names |= self.gpu.metric_names()
         self.samples: list[Sample] = []
         self.cap: int | None = None
         self.cap_tries = 3  # asked until known, a few times at most
@@ -77,6 +91,8 @@ class Sampler:
             preemptions_total=scrape.total(PREEMPTIONS),
             cpu_interval_ms=None if cpu_interval is None else cpu_interval * 1000.0,
             max_num_seqs=self._cap(),
+            prefix_cache_hits=scrape.total(PREFIX_HITS),
+            prefix_cache_queries=scrape.total(PREFIX_QUERIES),
         )
         self.samples.append(sample)
         return sample

@@ -17,6 +17,7 @@ from locust.env import Environment
 
 from loadtest._client import StreamClient
 from loadtest._harness import Harness
+from loadtest._workload import Session
 
 HARNESS = Harness()
 
@@ -45,13 +46,14 @@ class LlmUser(User):
 
     def on_start(self) -> None:
         self.stream_client: StreamClient = HARNESS.new_client()
+        self.session: Session | None = HARNESS.new_session()
 
     def on_stop(self) -> None:
         self.stream_client.close()
 
     @task
     def complete(self) -> None:
-        HARNESS.run_one(self.stream_client)
+        HARNESS.run_one(self.stream_client, self.session)
 
 
 class SteppedShape(LoadTestShape):
