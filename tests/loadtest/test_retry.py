@@ -1,0 +1,41 @@
+"""api.max_retries: which failures are retried, how often, and that latency counts from the first attempt."""
+
+from __future__ import annotations
+
+from loadtest._record import RequestRecord
+from loadtest._retry import with_retries
+
+
+def record(start: float, kind: str = "", ttft_s: float | None = 0.1, e2e_s: float = 0.5) -> RequestRecord:
+    return RequestRecord(start, start + e2e_s, not kind, kind, ttft_s, e2e_s, 20, 10, "usage", None)
+
+
+def attempts(*records: RequestRecord):
+    queue = list(records)
+    sent: list[RequestRecord] = []
+
+    def attempt() -> tuple[RequestRecord, list[float], str]:
+        sent.append(queue.pop(0))
+        return sent[-1], ([] if sent[-1].error_kind else [sent[-1].start + 0.1]), sent[-1].error_kind
+
+    return attempt, sent
+
+
+def test_failed_before_the_first_byte_is_retried_and_timed_from_the_first_attempt() -> None:
+    attempt, sent = attempts(record(100.0, "HTTP 503", None, 0.01), record(100.3, "connection error", None, 0.0),
+                             record(101.0))  # fmt: skip
+    done, _, _ = with_retries(attempt, 3)
+    assert len(sent) == 3 and done.ok and done.retries == 2
+    assert done.start == 100.0 and done.ttft_s is not None and done.tpot_s is not None
+    assert abs(done.ttft_s - 1.1) < 1e-9 and abs(done.e2e_s - 1.5) < 1e-9  # 1 s lost to the failed attempts
+    assert abs(done.tpot_s - 0.4 / 19) < 1e-9  # the token timing itself is untouched
+
+
+def test_at_most_max_retries_and_only_retryable_kinds() -> None:
+    attempt, sent = attempts(*(record(100.0 + i, "HTTP 429", None, 0.0) for i in range(5)))
+    done, _, _ = with_retries(attempt, 2)
+    assert len(sent) == 3 and not done.ok and done.retries == 2
+    for kind in ("HTTP 401", "HTTP 404", "timeout", "broken stream"):
+        attempt, sent = attempts(record(100.0, kind, None), record(101.0))
+        done, _, _ = with_retries(attempt, 3)
+        assert len(sent) == 1 and done.error_kind == kind and done.retries == 0
