@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.admin import admin_routes
 from gateway.asgi import ASGIApp, header
 from gateway.errors import ApiError, error_body
 from gateway.middleware import ErrorShield, FastPath
@@ -56,7 +57,7 @@ async def metrics(request: Request) -> Response:
 async def models(request: Request) -> Response:
     gw = _gw(request)
     try:
-        who = gw.auth.authenticate(header(request.scope, b"authorization"))
+        who = await gw.auth.authenticate(header(request.scope, b"authorization"))
     except ApiError as exc:
         return _error(exc)
     data = [
@@ -121,5 +122,6 @@ def create_app(config: Config, client: UpstreamClient | None = None) -> ErrorShi
             await gw.stop()
 
     prefix = api_prefix(config.server.base_url)
-    app = Starlette(routes=routes(prefix), lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    admin = admin_routes() if config.server.admin_key else []  # absent: /admin/... answers 404
+    app = Starlette(routes=[*routes(prefix), *admin], lifespan=lifespan, exception_handlers={HTTPException: http_error})
     return ErrorShield(FastPath(app, fast_routes(prefix)))

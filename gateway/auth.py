@@ -2,7 +2,9 @@
 
 The virtual keys are reloaded from the key store whenever its version row changes
 (checked every [gateway].key_refresh_interval_s), so a revocation takes effect within
-about that long; expiry is checked on every request against the wall clock.
+about that long, whichever process made it; expiry is checked on every request against
+the wall clock. If the store cannot be read (a database down), the keys loaded before
+keep working and a warning is logged.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from gateway.errors import ApiError
-from gateway.keystore import KeyRecord, KeyStore
+from gateway.store import KeyRecord, Store
 
 log = logging.getLogger("zerogap.gateway.auth")
 
@@ -46,48 +48,55 @@ def unauthorized(message: str) -> ApiError:
 
 
 class Authenticator:
-    def __init__(self, unified_key: str, store: KeyStore) -> None:
+    def __init__(self, unified_key: str, store: Store) -> None:
         self._unified = unified_key.encode()
         self._store = store
         self._by_digest: dict[str, Principal] = {}
         self._version = -1
         self._last_miss_reload_s = 0.0
+        self._failing = False
 
-    def reload(self, blocking: bool = True) -> bool:
-        """Reload the keys if the store changed (blocking; run it in a thread). True if reloaded.
-        blocking=False gives up at once when another thread is using the store."""
-        version = self._store.version(blocking)
-        if version is None or version == self._version:
+    async def reload(self) -> bool:
+        """Reload the keys if the store changed. True if reloaded."""
+        version = await self._store.version()
+        if version == self._version:
             return False
-        records = self._store.keys()
+        records = await self._store.keys()
         self._by_digest = {r.digest: _principal(r) for r in records if r.revoked_at is None}
         self._version = version
         log.debug("loaded %d active virtual keys (store version %d)", len(self._by_digest), version)
         return True
 
-    def _reload_on_miss(self) -> bool:
+    async def _reload_on_miss(self) -> bool:
         """A key created a moment ago works at once: an unknown key re-reads the store's
-        change counter (a microsecond read; at most every MISS_RELOAD_S, never waiting on
-        another thread), and the keys only when they changed."""
+        change counter (at most every MISS_RELOAD_S), and the keys only when they changed."""
         now = time.monotonic()
         if now - self._last_miss_reload_s < MISS_RELOAD_S:
             return False
         self._last_miss_reload_s = now
         try:
-            return self.reload(blocking=False)
+            return await self.reload()
         except Exception as exc:  # the periodic refresh will try again
-            log.warning("key store re-read for an unknown key failed: %s", exc)
+            log.debug("key store re-read for an unknown key failed: %s", exc)
             return False
 
     async def refresh_forever(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await asyncio.to_thread(self.reload)
-            except Exception as exc:  # the store may be busy or briefly unreadable: keep the last keys
-                log.warning("key store refresh failed, keeping the keys loaded before: %s", exc)
+                await self.reload()
+            except Exception as exc:  # the store may be busy or down: keep the last keys
+                if not self._failing:
+                    log.warning(
+                        "key store unreachable, keeping the %d keys loaded before: %s", len(self._by_digest), exc
+                    )
+                self._failing = True
+            else:
+                if self._failing:
+                    log.warning("key store reachable again")
+                self._failing = False
 
-    def authenticate(self, authorization: bytes | None) -> Principal:
+    async def authenticate(self, authorization: bytes | None) -> Principal:
         if authorization is None:
             raise unauthorized("Missing API key. Send the header 'Authorization: Bearer <your key>'.")
         scheme, _, token = authorization.partition(b" ")
@@ -101,7 +110,7 @@ class Authenticator:
         except UnicodeDecodeError:
             raise unauthorized("Invalid API key.") from None
         principal = self._by_digest.get(digest)
-        if principal is None and self._reload_on_miss():
+        if principal is None and await self._reload_on_miss():
             principal = self._by_digest.get(digest)
         if principal is None:
             raise unauthorized("Invalid API key, or it has been revoked. Ask for a new key.")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import sys
 
-from gateway.keystore import KeyStore, KeyStoreError
+from gateway.store import KeyStoreError, open_store
 from zerogap.argtypes import positive_int
 from zerogap.config import Config, ConfigError, load_config
 
@@ -35,7 +36,16 @@ def _check(config: Config) -> None:
     names = [b.name for b in config.pool()]
     if len(set(names)) != len(names):
         raise ConfigError(f"{config.source}: [[backends]]: two backends share a name. Give each its own name.")
-    KeyStore(config.resolve_path(config.gateway.key_store)).close()
+    asyncio.run(_open_store(config))
+
+
+async def _open_store(config: Config) -> None:
+    """The key store opens (and its tables exist) before the server starts: a clear error, not a traceback."""
+    store = open_store(config)
+    try:
+        await store.open()
+    finally:
+        await store.close()
 
 
 def main(argv: list[str]) -> int:

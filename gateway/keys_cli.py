@@ -1,20 +1,25 @@
-"""`zerogap keys create|list|revoke`: manage virtual keys in [gateway].key_store."""
+"""`zerogap keys create|list|revoke`: manage virtual keys in the key store config.toml names
+(the SQLite file, or PostgreSQL with [gateway].database_url), or, with --url, through a
+running gateway's admin API (admin key from ZEROGAP_ADMIN_KEY)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from datetime import UTC, datetime
 
-from gateway.keystore import KeyStore, KeyStoreError
+from gateway.admin_client import AdminClient
+from gateway.store import KeyRecord, KeyStoreError, Store, UsageRow, open_store
 from zerogap.argtypes import positive_float, positive_int
 from zerogap.config import ConfigError, load_config
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="zerogap keys", description="Manage the gateway's virtual keys.")
-    parser.add_argument("--config", default="config.toml", help="config file whose [gateway].key_store to use")
+    parser.add_argument("--config", default="config.toml", help="config file whose key store to use")
+    parser.add_argument("--url", help="a running gateway (http://host:8000): use its admin API instead of the store")
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create", help="create a key and print its secret once")
     create.add_argument("--name", required=True, help="a unique name (used in logs, metrics and usage)")
@@ -25,8 +30,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     listing = sub.add_parser("list", help="list keys (never their secrets) and their usage")
     revoke = sub.add_parser("revoke", help="revoke a key by name (effective within a second)")
     revoke.add_argument("name")
-    for command in (create, listing, revoke):  # --config also after the command: `keys list --config F`
+    for command in (create, listing, revoke):  # --config/--url also after the command: `keys list --config F`
         command.add_argument("--config", default=argparse.SUPPRESS, help="config file (default config.toml)")
+        command.add_argument("--url", default=argparse.SUPPRESS, help="a running gateway's URL (admin API)")
     return parser.parse_args(argv)
 
 
@@ -34,54 +40,72 @@ def _when(ts: float | None) -> str:
     return "-" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _create(store: KeyStore, args: argparse.Namespace) -> int:
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
-    expires = time.time() + args.expires_in * 86400 if args.expires_in else None
-    secret = store.create(args.name, models, args.rpm, args.tpm, expires)
-    print(secret)
-    print(f"created key {args.name!r}; the secret above is shown once, store it now.", file=sys.stderr)
-    return 0
-
-
-def _list(store: KeyStore) -> int:
+def print_keys(keys: list[KeyRecord], usage_rows: list[UsageRow]) -> None:
     usage: dict[str, tuple[int, int, int]] = {}
-    for row in store.usage():
+    for row in usage_rows:
         n, p, c = usage.get(row.key_name, (0, 0, 0))
         usage[row.key_name] = (n + row.num_requests, p + row.prompt_tokens, c + row.completion_tokens)
     print(
         f"{'NAME':<20} {'STATUS':<8} {'MODELS':<20} {'RPM':>6} {'TPM':>8} {'EXPIRES':<21} {'REQUESTS':>8} {'TOKENS':>9}"
     )
     now = time.time()
-    for k in store.keys():
+    for k in keys:
         n, p, c = usage.get(k.name, (0, 0, 0))
         models = ",".join(k.models) if k.models else "*"
         print(
             f"{k.name:<20} {k.status(now):<8} {models:<20} {k.rpm or '-':>6} {k.tpm or '-':>8} "
             f"{_when(k.expires_at):<21} {n:>8} {p + c:>9}"
         )
+
+
+def _created(name: str, secret: str) -> int:
+    print(secret)
+    print(f"created key {name!r}; the secret above is shown once, store it now.", file=sys.stderr)
     return 0
+
+
+def _revoked(name: str, ok: bool) -> int:
+    if ok:
+        print(f"revoked key {name!r}")
+        return 0
+    print(f"zerogap keys: no active key named {name!r} (see `zerogap keys list`).", file=sys.stderr)
+    return 1
+
+
+def _models(args: argparse.Namespace) -> list[str] | None:
+    return [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+
+
+async def run_local(store: Store, args: argparse.Namespace) -> int:
+    await store.open()
+    try:
+        if args.command == "create":
+            expires = time.time() + args.expires_in * 86400 if args.expires_in else None
+            return _created(args.name, await store.create(args.name, _models(args), args.rpm, args.tpm, expires))
+        if args.command == "list":
+            print_keys(await store.keys(), await store.usage())
+            return 0
+        return _revoked(args.name, await store.revoke(args.name))
+    finally:
+        await store.close()
+
+
+def run_remote(client: AdminClient, args: argparse.Namespace) -> int:
+    if args.command == "create":
+        return _created(args.name, client.create(args.name, _models(args), args.rpm, args.tpm, args.expires_in))
+    if args.command == "list":
+        print_keys(client.keys(), client.usage())
+        return 0
+    return _revoked(args.name, client.revoke(args.name))
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
+        if args.url:
+            return run_remote(AdminClient(args.url), args)
         config = load_config(args.config, strict_env=False)
-        store = KeyStore(config.resolve_path(config.gateway.key_store))
+        return asyncio.run(run_local(open_store(config), args))
     except (ConfigError, KeyStoreError) as exc:
         print(f"zerogap keys: {exc}", file=sys.stderr)
         return 2
-    try:
-        if args.command == "create":
-            return _create(store, args)
-        if args.command == "list":
-            return _list(store)
-        if store.revoke(args.name):
-            print(f"revoked key {args.name!r}")
-            return 0
-        print(f"zerogap keys: no active key named {args.name!r} (see `zerogap keys list`).", file=sys.stderr)
-        return 1
-    except KeyStoreError as exc:
-        print(f"zerogap keys: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        store.close()

@@ -1,4 +1,4 @@
-"""Virtual keys and usage in one SQLite file.
+"""Virtual keys and usage in one SQLite file (the default store; see gateway/store.py).
 
 Secrets are never stored: each key is kept as HMAC-SHA256(store secret, key), where the
 store secret is 32 random bytes made when the file is created. A `version` row is bumped
@@ -7,6 +7,7 @@ by every change to the keys, so a running gateway notices a revocation by readin
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -14,8 +15,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+from gateway.store import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
+
+__all__ = ["KeyRecord", "KeyStore", "KeyStoreError", "SqliteStore", "UsageRow"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -39,41 +43,6 @@ CREATE TABLE IF NOT EXISTS usage (
     PRIMARY KEY (key_name, model)
 );
 """
-
-KEY_PREFIX = "zg-"
-RESERVED_NAMES = frozenset({"unified"})
-
-
-class KeyStoreError(Exception):
-    """A key-store problem the user can fix; str() says what to do."""
-
-
-@dataclass(frozen=True)
-class KeyRecord:
-    name: str
-    digest: str
-    models: tuple[str, ...] | None
-    rpm: int | None
-    tpm: int | None
-    created_at: float
-    expires_at: float | None
-    revoked_at: float | None
-
-    def status(self, now: float) -> str:
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return "active"
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    key_name: str
-    model: str
-    num_requests: int
-    prompt_tokens: int
-    completion_tokens: int
 
 
 class KeyStore:
@@ -125,9 +94,7 @@ class KeyStore:
         expires_at: float | None = None,
     ) -> str:
         """Store a new key and return its secret (shown once, never stored)."""
-        if name in RESERVED_NAMES:
-            raise KeyStoreError(f"the name {name!r} is reserved (it labels the unified key). Choose another.")
-        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        key = new_key(name)
         joined = ",".join(models) if models else None
         with self._lock:
             try:
@@ -140,7 +107,7 @@ class KeyStore:
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
                 self._db.execute("ROLLBACK")
-                raise KeyStoreError(f"a key named {name!r} exists already. Choose another name.") from None
+                raise duplicate(name) from None
         return key
 
     def revoke(self, name: str) -> bool:
@@ -182,3 +149,55 @@ class KeyStore:
                 "ORDER BY key_name, model"
             ).fetchall()
         return [UsageRow(*r) for r in rows]
+
+
+class SqliteStore:
+    """The Store interface over KeyStore: each call runs in a worker thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._store: KeyStore | None = None
+
+    @property
+    def sync(self) -> KeyStore:
+        if self._store is None:
+            raise KeyStoreError(f"key store {self.path}: not open")
+        return self._store
+
+    async def open(self) -> None:
+        if self._store is None:
+            self._store = await asyncio.to_thread(KeyStore, self.path)
+
+    def digest(self, key: str) -> str:
+        return self.sync.digest(key)
+
+    async def version(self) -> int:
+        version = await asyncio.to_thread(self.sync.version)
+        return version or 0
+
+    async def keys(self) -> list[KeyRecord]:
+        return await asyncio.to_thread(self.sync.keys)
+
+    async def create(
+        self,
+        name: str,
+        models: Iterable[str] | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        expires_at: float | None = None,
+    ) -> str:
+        return await asyncio.to_thread(self.sync.create, name, models, rpm, tpm, expires_at)
+
+    async def revoke(self, name: str) -> bool:
+        return await asyncio.to_thread(self.sync.revoke, name)
+
+    async def add_usage(self, rows: Iterable[UsageRow]) -> None:
+        await asyncio.to_thread(self.sync.add_usage, list(rows))
+
+    async def usage(self) -> list[UsageRow]:
+        return await asyncio.to_thread(self.sync.usage)
+
+    async def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None

@@ -63,7 +63,7 @@ class Completions:
     ) -> tuple[Outcome, ModelPool]:
         if scope["method"] != "POST":
             raise method_not_allowed("POST")
-        who = gw.auth.authenticate(header(scope, b"authorization"))
+        who = await gw.auth.authenticate(header(scope, b"authorization"))
         labels["key"] = who.name
         _check_content_type(scope)
         raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)

@@ -10,7 +10,6 @@ from gateway.auth import Authenticator
 from gateway.drain import Drain
 from gateway.flights import Flights
 from gateway.health import HealthMonitor
-from gateway.keystore import KeyStore
 from gateway.limits import Limiter, RateLimiter
 from gateway.metrics import GatewayMetrics, multiprocess_dir
 from gateway.outlier import OutlierDetector
@@ -18,6 +17,7 @@ from gateway.pool import Router
 from gateway.rate_log import log_rates_forever
 from gateway.relay import Relay
 from gateway.shared_limits import SharedLimiter
+from gateway.store import open_store
 from gateway.upstream import HttpUpstream, UpstreamClient
 from gateway.usage import UsageRecorder
 from zerogap.config import Config
@@ -31,7 +31,7 @@ class Gateway:
     def __init__(self, config: Config, client: UpstreamClient | None = None) -> None:
         g = config.gateway
         self.config = config
-        self.store = KeyStore(config.resolve_path(g.key_store))
+        self.store = open_store(config)
         self.auth = Authenticator(config.server.api_key, self.store)
         self.router = Router(config.pool(), g.routing, g.cache_aware)
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
@@ -50,7 +50,8 @@ class Gateway:
 
     async def start(self) -> None:
         g = self.config.gateway
-        await asyncio.to_thread(self.auth.reload)
+        await self.store.open()
+        await self.auth.reload()
         await self.monitor.check_all()
         for b in self.router.backends:
             log.info("backend %s %s model=%s %s", b.name, b.url, b.model, "up" if b.healthy else "DOWN")
@@ -87,4 +88,4 @@ class Gateway:
         await self.usage.flush()
         await self.limiter.close()
         await self.client.close()
-        self.store.close()
+        await self.store.close()

@@ -1,19 +1,22 @@
-"""Token usage per key and model: counted in memory, flushed to the key store in batches."""
+"""Token usage per key and model: counted in memory, added to the key store in batches
+(every [gateway].usage_flush_interval_s and at shutdown). A failed flush keeps the counts
+for the next one, so usage made while the store is down is written when it is back."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from gateway.keystore import KeyStore, UsageRow
+from gateway.store import Store, UsageRow
 
 log = logging.getLogger("zerogap.gateway.usage")
 
 
 class UsageRecorder:
-    def __init__(self, store: KeyStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
         self._pending: dict[tuple[str, str], list[int]] = {}
+        self._failing = False
 
     def record(self, key_name: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
         row = self._pending.get((key_name, model))
@@ -32,11 +35,17 @@ class UsageRecorder:
         if not rows:
             return
         try:
-            await asyncio.to_thread(self._store.add_usage, rows)
+            await self._store.add_usage(rows)
         except Exception as exc:  # keep the counts for the next flush rather than lose them
-            log.warning("usage flush failed, will retry: %s", exc)
+            if not self._failing:
+                log.warning("usage flush failed, keeping the counts in memory until the store is back: %s", exc)
+            self._failing = True
             for r in rows:
                 self._merge(r)
+            return
+        if self._failing:
+            log.warning("usage flush succeeded again: the counts kept in memory are written")
+        self._failing = False
 
     def _merge(self, r: UsageRow) -> None:
         row = self._pending.setdefault((r.key_name, r.model), [0, 0, 0])

@@ -15,6 +15,7 @@ class ServerSection(Section):
     port: int = Field(8000, ge=1, le=65535)
     api_key: str = Field("", description="the unified key clients send as Bearer; may be ${TAOTOKEN_API_KEY}")
     base_url: str = Field("http://127.0.0.1:8000/api", description="clients call {base_url}/v1/...")
+    admin_key: str = Field("", description="enables the admin API (/admin/...) for this Bearer key; may be ${VAR}")
 
     @field_validator("base_url")
     @classmethod
@@ -56,6 +57,17 @@ class GatewaySection(Section):
     drain_timeout_s: float = Field(
         30.0, ge=0, description="on SIGTERM, streams in flight may finish for this long; the rest then end"
     )
+
+    database_url: str | None = Field(
+        None, description="postgresql://user@host:port/db: keys and usage shared by every gateway process"
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// (or postgres://)")
+        return value
 
     @field_validator("redis_url")
     @classmethod

@@ -1,0 +1,163 @@
+"""The admin API ([server].admin_key set; otherwise these paths answer 404):
+
+    POST   /admin/keys          {"name", "models"?, "rpm"?, "tpm"?, "expires_in_days"?} -> 201, the secret once
+    GET    /admin/keys          {"data": [...]}, never secrets
+    DELETE /admin/keys/{name}   200, revoked (every gateway on the store refuses it within a second)
+    GET    /admin/usage         {"data": [{"key", "model", "requests", "prompt_tokens", "completion_tokens"}]}
+
+Every call needs `Authorization: Bearer <admin key>` (compared in constant time, never logged).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from gateway.errors import ApiError
+from gateway.store import DuplicateKeyName, KeyRecord, KeyStoreError
+
+if TYPE_CHECKING:
+    from gateway.state import Gateway
+
+log = logging.getLogger("zerogap.gateway.admin")
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+class NewKey(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@:-]+$")
+    models: list[str] | None = Field(None, min_length=1)
+    rpm: int | None = Field(None, gt=0)
+    tpm: int | None = Field(None, gt=0)
+    expires_in_days: float | None = Field(None, gt=0)
+
+
+def key_json(record: KeyRecord, now: float) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "models": list(record.models) if record.models is not None else None,
+        "rpm": record.rpm,
+        "tpm": record.tpm,
+        "created_at": int(record.created_at),
+        "expires_at": int(record.expires_at) if record.expires_at is not None else None,
+        "revoked": record.revoked_at is not None,
+        "status": record.status(now),
+    }
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), exc.status, headers=exc.headers)
+
+
+def _check_admin(request: Request, gw: Gateway) -> None:
+    sent = request.headers.get("authorization")
+    if sent is None:
+        raise ApiError(401, "Missing admin key. Send 'Authorization: Bearer <[server].admin_key>'.",
+                       "authentication_error", code="invalid_api_key")  # fmt: skip
+    scheme, _, token = sent.partition(" ")
+    expected = gw.config.server.admin_key.encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+        raise ApiError(401, "Invalid admin key.", "authentication_error", code="invalid_api_key")
+
+
+def unavailable(exc: Exception) -> ApiError:
+    log.warning("admin API: key store unavailable: %s", exc)
+    return ApiError(
+        503, "The key store is unavailable right now. Retry shortly.", "api_error", code="store_unavailable"
+    )
+
+
+async def _parse_new_key(request: Request) -> NewKey:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"Request body is larger than {MAX_BODY_BYTES} bytes.", code="request_too_large")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "The body is not valid JSON. Send a JSON object such as {\"name\": \"team-a\"}.",
+                       code="invalid_json") from None  # fmt: skip
+    if not isinstance(body, dict):
+        raise ApiError(400, 'The body must be a JSON object such as {"name": "team-a"}.', code="invalid_json")
+    try:
+        return NewKey.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(422, f"{param}: {first['msg']}.", param=param, code="invalid_value") from None
+
+
+async def create_key(request: Request, gw: Gateway) -> Response:
+    new = await _parse_new_key(request)
+    expires_at = time.time() + new.expires_in_days * 86400 if new.expires_in_days else None
+    try:
+        secret = await gw.store.create(new.name, new.models, new.rpm, new.tpm, expires_at)
+    except DuplicateKeyName as exc:
+        raise ApiError(409, str(exc), param="name", code="key_exists") from None
+    except KeyStoreError as exc:
+        raise ApiError(400, str(exc), param="name", code="invalid_value") from None
+    await gw.auth.reload()
+    record = next(r for r in await gw.store.keys() if r.name == new.name)
+    log.info("admin API: created key %r", new.name)
+    return JSONResponse({**key_json(record, time.time()), "key": secret}, 201)
+
+
+async def list_keys(request: Request, gw: Gateway) -> Response:
+    now = time.time()
+    return JSONResponse({"object": "list", "data": [key_json(r, now) for r in await gw.store.keys()]})
+
+
+async def revoke_key(request: Request, gw: Gateway) -> Response:
+    name = request.path_params["name"]
+    if not any(r.name == name for r in await gw.store.keys()):
+        raise ApiError(404, f"No key named {name!r}. GET /admin/keys lists the keys.", param="name",
+                       code="key_not_found")  # fmt: skip
+    await gw.store.revoke(name)
+    await gw.auth.reload()
+    log.info("admin API: revoked key %r", name)
+    return JSONResponse({"name": name, "revoked": True})
+
+
+async def usage(request: Request, gw: Gateway) -> Response:
+    await gw.usage.flush()  # this process's latest counts too
+    rows = [
+        {"key": r.key_name, "model": r.model, "requests": r.num_requests, "prompt_tokens": r.prompt_tokens,
+         "completion_tokens": r.completion_tokens}
+        for r in await gw.store.usage()
+    ]  # fmt: skip
+    return JSONResponse({"object": "list", "data": rows})
+
+
+def _endpoint(handler: Any) -> Any:
+    async def endpoint(request: Request) -> Response:
+        gw: Gateway = request.app.state.gateway
+        try:
+            _check_admin(request, gw)
+            response: Response = await handler(request, gw)
+            return response
+        except ApiError as exc:
+            return _error(exc)
+        except KeyStoreError as exc:
+            return _error(unavailable(exc))
+        except Exception as exc:  # the database down or timing out: say so, never a 500 with a traceback
+            return _error(unavailable(exc))
+
+    return endpoint
+
+
+def admin_routes() -> list[BaseRoute]:
+    return [
+        Route("/admin/keys", _endpoint(create_key), methods=["POST"]),
+        Route("/admin/keys", _endpoint(list_keys), methods=["GET"]),
+        Route("/admin/keys/{name}", _endpoint(revoke_key), methods=["DELETE"]),
+        Route("/admin/usage", _endpoint(usage), methods=["GET"]),
+    ]
