@@ -21,7 +21,7 @@ from gateway.store import KeyRecord, Store
 log = logging.getLogger("zerogap.gateway.auth")
 
 UNIFIED = "unified"
-MISS_RELOAD_S = 0.05  # an unknown key re-reads the store at most this often
+MISS_RELOAD_S = 0.05  # unknown keys re-read the store at most this often
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class Authenticator:
         self._version = -1
         self._last_miss_reload_s = 0.0
         self._failing = False
+        self._miss_reload: asyncio.Future[bool] | None = None
 
     async def reload(self) -> bool:
         """Reload the keys if the store changed. True if reloaded."""
@@ -69,11 +70,17 @@ class Authenticator:
 
     async def _reload_on_miss(self) -> bool:
         """A key created a moment ago works at once: an unknown key re-reads the store's
-        change counter (at most every MISS_RELOAD_S), and the keys only when they changed."""
-        now = time.monotonic()
-        if now - self._last_miss_reload_s < MISS_RELOAD_S:
-            return False
-        self._last_miss_reload_s = now
+        change counter, and the keys only when they changed. At most one read every
+        MISS_RELOAD_S: requests that miss meanwhile wait for the next one and share it."""
+        if self._miss_reload is None or self._miss_reload.done():
+            delay_s = self._last_miss_reload_s + MISS_RELOAD_S - time.monotonic()
+            self._miss_reload = asyncio.ensure_future(self._reload_after(delay_s))
+        return await asyncio.shield(self._miss_reload)
+
+    async def _reload_after(self, delay_s: float) -> bool:
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        self._last_miss_reload_s = time.monotonic()
         try:
             return await self.reload()
         except Exception as exc:  # the periodic refresh will try again

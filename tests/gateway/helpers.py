@@ -31,13 +31,14 @@ def make_config(
     api_key: str = UNIFIED,
     port: int = 0,
     extra: str = "",
+    admin_key: str = "",
 ) -> Config:
     """backends: (name, url, model) triples; gateway: [gateway] keys."""
     port = port or free_port()
     settings = {"key_store": "keys.db", "health_interval_s": 0.2, "load_scrape_interval_s": 0.1, **(gateway or {})}
     lines = [
         "[server]",
-        f'port = {port}\napi_key = "{api_key}"\nbase_url = "http://127.0.0.1:{port}/api"',
+        f'port = {port}\napi_key = "{api_key}"\nbase_url = "http://127.0.0.1:{port}/api"\nadmin_key = "{admin_key}"',
         "[gateway]",
         *(f"{k} = {json.dumps(v)}" for k, v in settings.items()),
     ]

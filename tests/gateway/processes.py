@@ -58,10 +58,12 @@ class GatewayProcess:
     def kill(self) -> None:
         """SIGKILL the gateway and its workers at once (no flush, no drain)."""
         assert self.proc is not None
-        pids = [self.proc.pid, *(self.worker_pids() if self.workers > 1 else [])]
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
+        procs = [psutil.Process(self.proc.pid), *(psutil.Process(p) for p in self.worker_pids())]
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        _, alive = psutil.wait_procs(procs, timeout=10)  # until none of them holds the port
+        assert not alive, alive
 
     def stop(self) -> int:
         assert self.proc is not None

@@ -1,0 +1,43 @@
+"""Fixtures of real servers the gateway tests share: PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port, stop_process, wait_for_port
+from tests.fixtures.postgres import PostgresServer
+from tests.tools import require_tool
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        yield server.init()
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def database_url(postgres: PostgresServer) -> str:
+    """A fresh database on the module's PostgreSQL server."""
+    return postgres.new_database()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [require_tool("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, 10, proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop_process(proc)

@@ -1,0 +1,141 @@
+"""Two gateway processes (one of them --workers 2) on one real PostgreSQL and one real Redis:
+keys, revocations, limits and usage are shared; a SIGKILLed gateway loses at most 1 s of usage;
+the database going away and coming back while they serve loses nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tests.fixtures.postgres import PostgresServer
+from tests.fixtures.upstream import UpstreamServer
+from tests.gateway.processes import GatewayProcess, call, chat, write_config
+
+ADMIN = "admin-shared-77"
+NUM_TOKENS = 16  # the fixture upstream's completion length; 3 prompt tokens per request ("a b c")
+Pair = tuple[GatewayProcess, GatewayProcess]
+
+
+def gateway(tmp_path: Path, upstream: str, database_url: str, redis_url: str, workers: int) -> GatewayProcess:
+    port = free_port()
+    settings = {"database_url": database_url, "redis_url": redis_url}
+    config = write_config(tmp_path / f"gw{port}.toml", port, upstream, settings, f'admin_key = "{ADMIN}"')
+    return GatewayProcess(config, port, workers)
+
+
+@pytest.fixture
+def pair(tmp_path, database_url, redis_server) -> Iterator[Pair]:
+    with UpstreamServer(model="m") as up:
+        a = gateway(tmp_path, up.url, database_url, redis_server, 1)
+        b = gateway(tmp_path, up.url, database_url, redis_server, 2)
+        with a, b:
+            yield a, b
+
+
+def create(gw: GatewayProcess, name: str, **limits: int) -> str:
+    status, made = call(gw.url + "/admin/keys", ADMIN, {"name": name, **limits})
+    assert status == 201, made
+    return str(made["key"])
+
+
+def usage_of(gw: GatewayProcess, name: str) -> tuple[int, int, int]:
+    status, answer = call(gw.url + "/admin/usage", ADMIN)
+    assert status == 200, answer
+    rows = [r for r in answer["data"] if r["key"] == name]
+    return (rows[0]["requests"], rows[0]["prompt_tokens"], rows[0]["completion_tokens"]) if rows else (0, 0, 0)
+
+
+def seconds_until(gw: GatewayProcess, key: str, status: int, timeout_s: float = 5.0) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if chat(gw.url, key)[0] == status:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"{gw.url} did not answer {status} within {timeout_s} s")
+
+
+def test_keys_revocations_and_usage_are_shared(pair: Pair) -> None:
+    a, b = pair
+    key = create(a, "shared")
+    assert seconds_until(b, key, 200) <= 1.0
+    assert call(b.url + "/admin/keys/shared", ADMIN, method="DELETE")[0] == 200
+    assert chat(a.url, key)[0] in (200, 401)  # may still be loaded: no more than a second
+    assert seconds_until(a, key, 401) <= 1.0
+
+    counted = create(b, "counted")
+    num = 30
+    with ThreadPoolExecutor(6) as pool:  # fresh connections: spread over A and both workers of B
+        statuses = list(pool.map(lambda i: chat((a, b)[i % 2].url, counted)[0], range(num)))
+    assert statuses == [200] * num
+    time.sleep(1.5)  # every process flushes within a second
+    assert usage_of(a, "counted") == usage_of(b, "counted") == (num, 3 * num, NUM_TOKENS * num)
+
+
+def test_rpm_burst_spread_over_both_is_admitted_within_5_percent(pair: Pair) -> None:
+    a, b = pair
+    key = create(a, "burst", rpm=60)
+    seconds_until(b, key, 200)  # known everywhere (and one request taken)
+    start = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        statuses = list(pool.map(lambda i: chat((a, b)[i % 2].url, key)[0], range(150)))
+    elapsed_s = time.monotonic() - start
+    admitted = 1 + statuses.count(200)
+    assert set(statuses) == {200, 429}
+    assert elapsed_s < 3, elapsed_s  # the bucket refills 1 request per second
+    assert 57 <= admitted <= 63, (admitted, elapsed_s)
+
+
+def test_sigkill_and_restart_keeps_keys_and_all_but_the_last_second_of_usage(tmp_path, database_url,
+                                                                               redis_server) -> None:  # fmt: skip
+    with UpstreamServer(model="m") as up:
+        gw = gateway(tmp_path, up.url, database_url, redis_server, 2).start()
+        try:
+            keys = [create(gw, f"k{i}") for i in range(3)]
+            assert [chat(gw.url, k)[0] for k in keys * 4] == [200] * 12
+            time.sleep(1.2)  # older than the flush interval: must survive
+            assert chat(gw.url, keys[0])[0] == 200  # may be lost
+            gw.kill()
+            gw.start()
+            assert [chat(gw.url, k)[0] for k in keys] == [200] * 3
+            used = usage_of(gw, "k0")
+        finally:
+            gw.stop()
+    assert used[0] in (4 + 1, 4 + 1 + 1) and used[1] == 3 * used[0]
+
+
+def test_database_down_while_serving(pair: Pair, postgres: PostgresServer) -> None:
+    a, b = pair
+    key = create(a, "steady")
+    seconds_until(b, key, 200)
+    time.sleep(1.2)
+    before = usage_of(a, "steady")[0]
+    postgres.stop()
+    try:
+        time.sleep(1.0)  # both have tried to reach it
+        statuses = [chat((a, b)[i % 2].url, key)[0] for i in range(10)]
+        status, answer = call(a.url + "/admin/keys", ADMIN, {"name": "during"})
+        time.sleep(1.2)  # flushes fail while it is down: the counts stay in memory
+    finally:
+        postgres.start()
+    assert statuses == [200] * 10
+    assert status == 503 and answer["error"]["code"] == "store_unavailable"
+    deadline = time.monotonic() + 5
+    while usage_of(a, "steady")[0] != before + 10 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert usage_of(b, "steady") == (before + 10, 3 * (before + 10), NUM_TOKENS * (before + 10))
+    assert "key store unreachable" in a.logs() and "usage flush failed" in a.logs()
+    assert "Traceback" not in a.logs() + b.logs()
+
+
+def test_database_down_at_start_is_a_clear_error(tmp_path, redis_server) -> None:
+    dead = f"postgresql://zerogap@127.0.0.1:{free_port()}/nope"
+    gw = gateway(tmp_path, "http://127.0.0.1:9", dead, redis_server, 1)
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        gw.start()
+    logs = gw.logs()
+    assert "PostgreSQL at 127.0.0.1:" in logs and "[gateway].database_url" in logs and "Traceback" not in logs
