@@ -4,6 +4,8 @@ gets the OpenAI error shape with the field it is about."""
 from __future__ import annotations
 
 import subprocess
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -40,9 +42,8 @@ def test_create_list_use_usage_revoke(gateway) -> None:
     assert status == 200 and [k["name"] for k in listed["data"]] == ["team-a"]
     assert made["key"] not in str(listed) and "digest" not in listed["data"][0]
     status, usage = call(base + "/admin/usage", ADMIN)
-    assert status == 200 and usage["data"] == [
-        {"key": "team-a", "model": "m", "requests": 3, "prompt_tokens": 9, "completion_tokens": 3 * 16}  # the fixture streams 16 tokens
-    ]
+    expected = {"key": "team-a", "model": "m", "requests": 3, "prompt_tokens": 9, "completion_tokens": 3 * 16}
+    assert status == 200 and usage["data"] == [expected]  # the fixture answers 16 tokens
     status, gone = call(base + "/admin/keys/team-a", ADMIN, method="DELETE")
     assert status == 200 and gone == {"name": "team-a", "revoked": True}
     assert chat(base, made["key"])[0] == 401  # at once in the process that revoked it
@@ -73,8 +74,6 @@ def test_bad_create_bodies(gateway, body, status, param) -> None:
 
 def test_not_json_duplicate_unknown_and_wrong_keys(gateway) -> None:
     base = gateway.url
-    import urllib.request
-
     req = urllib.request.Request(base + "/admin/keys", b"{not json", {"Authorization": f"Bearer {ADMIN}"})
     try:
         urllib.request.urlopen(req, timeout=10)
