@@ -8,7 +8,6 @@ serves the load generator's /metrics, and writes the run folder.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -26,19 +25,18 @@ from loadtest._arrivals import Arrivals
 from loadtest._client import StreamClient
 from loadtest._console import progress_line, table
 from loadtest._exporter import Exporter
-from loadtest._failfast import FIRST_N, FailFast, advice
 from loadtest._limits import raise_open_files
 from loadtest._locust_stats import fire_locust_events
-from loadtest._models import ModelChoiceError, choose_model, list_models
 from loadtest._plan import Plan
 from loadtest._prompt import calibrate, request_body, tokenize_counter, tokenize_urls
 from loadtest._record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 from loadtest._report import new_run_dir, write_run
 from loadtest._retry import with_retries
 from loadtest._settings import Settings, SettingsError, load_settings, settings_path
+from loadtest._stopper import Stopper
 from loadtest._summary import summarize_run, summarize_step
 from loadtest._timeline import Sampler
-from loadtest._webui import ZerogapTab, row
+from loadtest._webui import ZerogapTab, live_rows
 from loadtest._workload import Session, Workload
 
 log = logging.getLogger("zerogap.loadtest")
@@ -79,8 +77,7 @@ class Harness:
         self.started = False
         self.chunk_ratio = TokensPerChunk()
         self.model = ""
-        self.fail_fast = FailFast()
-        self.stopping = False
+        self.stopper = Stopper("", {}, 0.0)
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
 
     # ----- roles -----
@@ -141,16 +138,16 @@ class Harness:
         self.run_start = time.time()
         self.started = True
         self.base_url = (environment.host or self.settings.api.base_url).rstrip("/")  # the web UI may change it
-        self.fail_fast, self.stopping = FailFast(), False
+        api = self.settings.api
+        list_timeout_s = api.connect_timeout_seconds + self.settings.metrics.scrape_timeout_seconds
+        self.stopper = Stopper(self.base_url, self.headers, list_timeout_s)
         if not self.is_worker:
             self.run_dir = new_run_dir(self.settings.output)
             self.sampler = Sampler(self.settings.metrics)
-        try:
-            self.model = self.settings.workload.model or choose_model(self.base_url, self.headers, self.list_timeout_s)
-        except ModelChoiceError as exc:
-            fix = f"\nFix: {advice(exc.kind, self.base_url, '', None)}" if exc.kind else ""
-            self.stop_run(f"{exc}{fix}")
+        model = self.stopper.choose_model(environment, self.settings.workload.model)
+        if model is None:
             return
+        self.model = model
         if not self.is_master:
             self.prepare_prompt()
             seed = self.settings.load_test.seed
@@ -161,41 +158,6 @@ class Harness:
             self.spawn(self.sample_timeline)
             self.spawn(self.print_progress)
             log.info("zerogap: this run writes %s", self.run_dir)
-
-    @property
-    def list_timeout_s(self) -> float:
-        assert self.settings is not None
-        return self.settings.api.connect_timeout_seconds + self.settings.metrics.scrape_timeout_seconds
-
-    def stop_run(self, message: str) -> None:
-        """Stop the run for a reason the user must fix: the message, the report, exit status 1."""
-        if self.stopping:
-            return
-        self.stopping = True
-        sys.stderr.write(f"zerogap loadtest: {message}\n")
-        sys.stderr.flush()
-        env = self.env
-        if env is None or env.runner is None:
-            return
-        env.process_exit_code = 1
-        options = env.parsed_options
-        headless = bool(getattr(options, "headless", False) or getattr(options, "autoquit", -1) >= 0)
-        gevent.spawn(env.runner.quit if headless else env.runner.stop)
-
-    def check_fail_fast(self, record: RequestRecord, detail: str) -> None:
-        verdict = self.fail_fast.observe(record, detail)
-        if verdict is None:
-            return
-        kind, message = verdict
-        models = None
-        if kind == "HTTP 404":
-            try:
-                models = list_models(self.base_url, self.headers, self.list_timeout_s)
-            except ModelChoiceError:
-                models = None
-        fix = advice(kind, self.base_url, self.model, models)
-        said = f": {message}" if message and message != kind else ""
-        self.stop_run(f"the first {FIRST_N} requests all failed with {kind}{said}\nFix: {fix}")
 
     def spawn(self, function: Any) -> None:
         self.greenlets.append(gevent.spawn(function))
@@ -242,7 +204,7 @@ class Harness:
 
     def run_one(self, client: StreamClient, session: Session | None = None) -> None:
         assert self.settings is not None and self.env is not None
-        if self.stopping:
+        if self.stopper.stopping:
             gevent.sleep(FAILURE_PAUSE_S)
             return
         lag = None
@@ -258,7 +220,7 @@ class Harness:
         self.keep(record, walls)
         fire_locust_events(self.env, client.path, record, detail)
         if not self.is_worker:
-            self.check_fail_fast(record, detail)
+            self.stopper.observe(self.env, record, detail)
         if not record.ok and self.arrivals is None:
             gevent.sleep(FAILURE_PAUSE_S)  # a dead or refusing server is not hammered in a tight loop
 
@@ -311,20 +273,9 @@ class Harness:
                 print(progress_line(step, len(steps)), flush=True)
 
     def live_rows(self) -> list[dict[str, Any]]:
-        """The web UI's zerogap tab: each phase begun, over its measured window once that began."""
         if not self.started or self.settings is None or self.plan is None or self.sampler is None:
             return []
-        now, rows = time.time(), []
-        for phase in self.plan.phases:
-            if self.run_start + phase.start_s > now:
-                break
-            measured = phase.measured and self.run_start + phase.measure_start_s < now  # warm-up: never measured
-            window = phase if measured else dataclasses.replace(phase, measure_start_s=phase.start_s)
-            step = summarize_step(self.settings, self.plan, window, self.run_start, now, self.recorder,
-                                  self.sampler.samples)  # fmt: skip
-            if step is not None:
-                rows.append(row(step, len(self.plan.steps), measured))
-        return rows
+        return live_rows(self.settings, self.plan, self.run_start, self.recorder, self.sampler.samples)
 
     # ----- master <-> workers -----
     def register_messages(self) -> None:
@@ -350,8 +301,9 @@ class Harness:
     def ingest(self, wire: dict[str, Any]) -> None:
         self.prompt_source = str(wire.get("prompt_source", self.prompt_source))
         records = self.recorder.ingest(wire)
-        for record in records:
-            self.check_fail_fast(record, "")
+        if self.env is not None:
+            for record in records:
+                self.stopper.observe(self.env, record, "")
         if self.exporter is not None:
             for record in records:
                 self.exporter.observe(record)
@@ -406,6 +358,7 @@ class Harness:
         meta = {
             "base_url": self.base_url,
             "model": self.model,
+            "stopped_early": self.stopper.reason or None,
             "endpoint": self.settings.api.path(),
             "mode": "open_loop" if self.plan.open_loop else "closed_loop",
             "prompt_tokens_from": self.prompt_source,

@@ -10,12 +10,19 @@ Locust's own request table stays requests only (one POST row): its RPS is the re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from locust.env import Environment
+
+from loadtest._plan import Plan
+from loadtest._record import Recorder
+from loadtest._settings import Settings
+from loadtest._summary import summarize_step
+from loadtest._timeline import Sample
 
 TAB_KEY = "zerogap"
 REFRESH_S = 1.0
@@ -57,6 +64,22 @@ def row(step: dict[str, Any], num_steps: int, measured: bool) -> dict[str, Any]:
         "failures": step["requests_failed"],
         "measured": "measured" if measured else "so far",
     }
+
+
+def live_rows(
+    settings: Settings, plan: Plan, run_start: float, recorder: Recorder, samples: list[Sample]
+) -> list[dict[str, Any]]:
+    """Each phase begun: over its measured window once that began, else over the phase so far."""
+    now, rows = time.time(), []
+    for phase in plan.phases:
+        if run_start + phase.start_s > now:
+            break
+        measured = phase.measured and run_start + phase.measure_start_s < now  # the warm-up is never measured
+        window = phase if measured else dataclasses.replace(phase, measure_start_s=phase.start_s)
+        step = summarize_step(settings, plan, window, run_start, now, recorder, samples)
+        if step is not None:
+            rows.append(row(step, len(plan.steps), measured))
+    return rows
 
 
 class ZerogapTab:

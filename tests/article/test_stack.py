@@ -105,7 +105,7 @@ def test_fail_fast_prints_the_articles_advice(stack: Stack, case: str, advice: s
     assert "the first 20 requests all failed with" in done.stderr and advice in done.stderr, done.stderr[-3000:]
     if case == "404":
         assert f"offers: {MODEL}" in done.stderr and "does not exist" in done.stderr
-    assert (run_dir / "report.json").is_file()
+    assert "Fix: " in read_report(run_dir)["run"]["stopped_early"]
 
 
 def test_backends_and_gateway_log_their_rates(stack: Stack) -> None:
