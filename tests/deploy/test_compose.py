@@ -108,3 +108,17 @@ def test_dockerfile_copies_what_the_image_needs() -> None:
 def test_flag_comparison_can_fail() -> None:
     assert flag_map(["--max-num-seqs=128", "--async-scheduling"]) != launcher_flags()
     assert flag_map(["--gpu-memory-utilization=0.90", "--x", "1"]) == {"--gpu-memory-utilization": "0.9", "--x": "1.0"}
+
+
+def test_gateway_workers_share_postgres_and_redis(compose: dict[str, Any]) -> None:
+    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    assert config.gateway.database_url == "postgresql://zerogap:zerogap@postgres:5432/zerogap"
+    assert config.gateway.redis_url == "redis://redis:6379/0"
+    services = compose["services"]
+    assert services["postgres"]["image"].startswith("postgres:") and services["redis"]["image"].startswith("redis:")
+    assert services["postgres"]["environment"]["POSTGRES_USER"] == "zerogap"
+    gateway = services["gateway"]
+    assert gateway["depends_on"]["postgres"]["condition"] == "service_healthy"
+    workers = gateway["command"][gateway["command"].index("--workers") + 1]
+    assert workers == "${GATEWAY_WORKERS:-4}"
+    assert gateway["environment"]["POSTGRES_PASSWORD"] == services["postgres"]["environment"]["POSTGRES_PASSWORD"]

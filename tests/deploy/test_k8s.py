@@ -17,6 +17,7 @@ from tests.deploy.paths import K8S, load_yaml
 from zerogap.config.loader import parse_config
 
 K8S_VERSION = kv.latest_version()
+SECRETS = {"TAOTOKEN_API_KEY": "sk-test", "ZEROGAP_ADMIN_KEY": "admin-test", "POSTGRES_PASSWORD": "pw"}
 
 
 def documents() -> list[dict[str, Any]]:
@@ -88,14 +89,14 @@ def test_vllm_requests_gpus_and_is_ready_on_health() -> None:
 
 def test_gateway_config_names_each_vllm_replica() -> None:
     text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
-    config = parse_config(text, "k8s config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    config = parse_config(text, "k8s config.toml", env=SECRETS)
     replicas = find("StatefulSet", "vllm")["spec"]["replicas"]
     assert [b.url for b in config.backends] == [f"http://vllm-{i}.vllm.zerogap.svc:8000" for i in range(replicas)]
 
 
 def test_rate_limits_are_shared_across_gateway_replicas() -> None:
     text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
-    config = parse_config(text, "k8s config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    config = parse_config(text, "k8s config.toml", env=SECRETS)
     assert config.gateway.redis_url == "redis://redis.zerogap.svc:6379/0"
     service = find("Service", "redis")
     assert service["spec"]["ports"][0]["port"] == 6379
@@ -119,3 +120,25 @@ def test_locust_settings_are_valid_for_the_harness() -> None:
     assert settings.api.base_url.startswith("http://zerogap-gateway.")
     assert settings.metrics.exporter_host == "0.0.0.0", "the master's /metrics must be reachable in the cluster"
     assert json.loads(text)["api"]["api_key_env"] == "TAOTOKEN_API_KEY"
+
+
+def test_gateway_replicas_share_keys_in_postgres_and_serve_with_workers() -> None:
+    text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
+    config = parse_config(text, "k8s config.toml", env=SECRETS)
+    assert config.gateway.database_url == "postgresql://zerogap:pw@postgres.zerogap.svc:5432/zerogap"
+    assert config.server.admin_key == "admin-test"
+    gateway = find("Deployment", "zerogap-gateway")
+    c = container(gateway)
+    assert int(c["command"][c["command"].index("--workers") + 1]) >= 2
+    assert gateway["spec"]["replicas"] >= 2
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]}
+    assert {k: v["key"] for k, v in env.items()} == {k: k for k in SECRETS}
+    assert all(v["name"] == "zerogap-secrets" for v in env.values())
+    assert not any(v.get("emptyDir") is not None for v in gateway["spec"]["template"]["spec"]["volumes"])
+    service = find("Service", "postgres")
+    database = find("StatefulSet", "postgres")
+    assert service["spec"]["ports"][0]["port"] == 5432
+    assert service["spec"]["selector"] == database["spec"]["selector"]["matchLabels"]
+    db_env = {e["name"]: e for e in container(database)["env"]}
+    assert db_env["POSTGRES_USER"]["value"] == "zerogap" and db_env["POSTGRES_DB"]["value"] == "zerogap"
+    assert db_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "POSTGRES_PASSWORD"
