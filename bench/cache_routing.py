@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -335,6 +336,7 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=1))
     for hot_share in (0.0, args.hot_share):
         report(results, hot_share, args.repeats)
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
