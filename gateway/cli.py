@@ -82,10 +82,9 @@ def supervise(config: Config, num_workers: int, argv: list[str]) -> int:
     if not port_is_free(config.server.host, config.server.port):
         return _bind_error(config)
     if not config.gateway.redis_url:
-        logging.getLogger("zerogap.gateway").warning(
-            "--workers %d without [gateway].redis_url: each worker counts rpm/tpm limits on its own "
-            "(a key may get up to %d times its budget); set redis_url to share them",
-            num_workers,
+        logging.getLogger("zerogap.gateway").info(
+            "rate limits are shared by the %d workers of this gateway only; set [gateway].redis_url "
+            "to share them with other gateway hosts",
             num_workers,
         )
     return Supervisor(worker_argv(argv), num_workers).run()

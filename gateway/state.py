@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+from pathlib import Path
 
 from gateway.auth import Authenticator
 from gateway.drain import Drain
+from gateway.file_limits import SHARED_LIMITS_ENV, FileLimiter
 from gateway.flights import Flights
 from gateway.health import HealthMonitor
 from gateway.limits import Limiter, RateLimiter
@@ -27,6 +30,17 @@ log = logging.getLogger("zerogap.gateway")
 BACKEND_GAUGES_INTERVAL_S = 1.0
 
 
+def make_limiter(config: Config) -> Limiter:
+    """Redis with [gateway].redis_url; else, as one of several workers, the workers' shared file;
+    else this process's memory."""
+    if config.gateway.redis_url:
+        return SharedLimiter(config.gateway.redis_url)
+    shared_file = os.environ.get(SHARED_LIMITS_ENV)
+    if shared_file:
+        return FileLimiter(Path(shared_file))
+    return RateLimiter()
+
+
 class Gateway:
     def __init__(self, config: Config, client: UpstreamClient | None = None) -> None:
         g = config.gateway
@@ -37,7 +51,7 @@ class Gateway:
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
         self.metrics = GatewayMetrics(multiprocess_dir())
         self.metrics.start_at_zero(self.router)
-        self.limiter: Limiter = SharedLimiter(g.redis_url) if g.redis_url else RateLimiter()
+        self.limiter = make_limiter(config)
         self.usage = UsageRecorder(self.store)
         self.flights = Flights(g.eject_grace_s)
         self.outlier = OutlierDetector(self.router, g, self.flights.take_out)

@@ -3,8 +3,9 @@
 Each worker is `zerogap gateway ... --reuse-port`: it binds the port itself with SO_REUSEPORT, so the
 kernel spreads new connections evenly over the workers. The supervisor checks that the port is
 free, starts the workers with PROMETHEUS_MULTIPROC_DIR set to a fresh temporary folder (GET /metrics
-in any worker then shows the sum over all of them), restarts a worker that dies, and on SIGINT or
-SIGTERM sends SIGTERM to every worker, waits for them, and removes the folder.
+in any worker then shows the sum over all of them) and, without [gateway].redis_url, a file of
+shared rate-limit buckets (gateway/file_limits.py); it restarts a worker that dies, and on SIGINT
+or SIGTERM sends SIGTERM to every worker, waits for them, and removes the folder.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from backends.process_group import new_group_preexec
+from gateway.file_limits import SHARED_LIMITS_ENV
 
 log = logging.getLogger("zerogap.gateway.workers")
 
@@ -72,8 +74,14 @@ class Supervisor:
     def __init__(self, worker_argv: list[str], num_workers: int) -> None:
         self.worker_argv = worker_argv
         self.num_workers = num_workers
-        self.metrics_dir = tempfile.mkdtemp(prefix="zerogap-metrics-")
-        self.env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}
+        self.run_dir = tempfile.mkdtemp(prefix="zerogap-workers-")
+        self.metrics_dir = os.path.join(self.run_dir, "metrics")
+        os.mkdir(self.metrics_dir)
+        self.env = {
+            **os.environ,
+            "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
+            SHARED_LIMITS_ENV: os.path.join(self.run_dir, "limits.db"),
+        }
         self.workers: list[Worker] = []
         self.stopping = False
         self.num_failed_starts = 0
@@ -111,7 +119,7 @@ class Supervisor:
             return self._watch()
         finally:
             self._stop_all()
-            shutil.rmtree(self.metrics_dir, ignore_errors=True)
+            shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _watch(self) -> int:
         while not self.stopping:

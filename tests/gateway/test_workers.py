@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from gateway.keystore import KeyStore
 from tests.conftest import free_port
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
@@ -50,3 +51,18 @@ def test_two_workers_share_a_port_sum_metrics_restart_and_stop(tmp_path: Path) -
     assert code == 0, gw.logs()
     assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
     assert "exited with code" in gw.logs() and "Traceback" not in gw.logs()
+
+
+def test_workers_share_one_rate_limit_budget_without_redis(tmp_path: Path) -> None:
+    port = free_port()
+    with UpstreamServer(model="m") as up:
+        config = write_config(tmp_path / "config.toml", port, up.url, {})
+        store = KeyStore(tmp_path / "keys.db")
+        key = store.create("limited", rpm=10)
+        store.close()
+        with GatewayProcess(config, port, workers=2) as gw:
+            start = time.monotonic()
+            statuses = [chat(gw.url, key)[0] for _ in range(20)]  # fresh connections: both workers
+            elapsed_s = time.monotonic() - start
+    assert set(statuses) == {200, 429}
+    assert 10 <= statuses.count(200) <= 10 + elapsed_s * 10 / 60 + 1, (statuses, elapsed_s)
