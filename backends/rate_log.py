@@ -89,6 +89,7 @@ class RateLogger:
     log_tps: bool = True
     log_gpu_util: bool = False
     sim: bool = False
+    clock: Callable[[], float] = time.monotonic
     _last: dict[str, _Last] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _nvml: Nvml | None = None
@@ -121,7 +122,7 @@ class RateLogger:
         return f"{child.spec.name} " + ", ".join(part for part in parts if part)
 
     def _tps(self, child: Child, values: dict[str, float]) -> str:
-        tokens, now = values.get(GENERATION_TOKENS), time.monotonic()
+        tokens, now = values.get(GENERATION_TOKENS), self.clock()
         if tokens is None:
             return f"output tok/s unknown ({child.spec.url}/metrics has no {GENERATION_TOKENS})"
         last = self._last.get(child.spec.name)
