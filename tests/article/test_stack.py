@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.article.stack import MODEL, Stack, article_settings, article_stack, write_json
+from tests.article.stack import MODEL, SECRET, Stack, article_settings, article_stack, write_json
 from tests.conftest import REPO, free_port, stop_process, wait_for_port
 from tests.loadtest.helpers import LOCUST, locust_cmd, read_report
 from tests.render import inspect_page
@@ -172,3 +172,18 @@ def test_web_ui_counts_requests_only_and_shows_the_zerogap_tab(stack: Stack) -> 
     for title in ("Output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "GPU util %", "Failures"):
         assert title in page.dom, title
     assert ">1/1<" in page.dom and ">warm-up<" in page.dom
+
+
+def test_the_articles_curl(stack: Stack) -> None:
+    """The article's curl, with its host changed: a streamed chat completion through the gateway."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hello"}], "stream": True, "max_tokens": 8}
+    cmd = ["curl", "-sS", "-N", f"{stack.base_url}/v1/chat/completions", "-H", f"Authorization: Bearer {SECRET}",
+           "-H", "Content-Type: application/json", "-d", json.dumps(body)]  # fmt: skip
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError:
+        pytest.fail("curl is not installed: apt-get install -y curl")
+    assert done.returncode == 0, done.stderr
+    events = [line for line in done.stdout.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) >= 3, done.stdout[-2000:]
+    assert json.loads(events[0].removeprefix("data: "))["model"] == MODEL
