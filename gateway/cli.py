@@ -8,7 +8,8 @@ import gc
 import logging
 import sys
 
-from gateway.store import KeyStoreError, open_store
+from gateway.store import KeyStoreError
+from gateway.stores import open_store
 from zerogap.argtypes import positive_int
 from zerogap.config import Config, ConfigError, load_config
 

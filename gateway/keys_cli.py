@@ -11,7 +11,8 @@ import time
 from datetime import UTC, datetime
 
 from gateway.admin_client import AdminClient
-from gateway.store import KeyRecord, KeyStoreError, Store, UsageRow, open_store
+from gateway.store import KeyRecord, KeyStoreError, Store, UsageRow
+from gateway.stores import open_store
 from zerogap.argtypes import positive_float, positive_int
 from zerogap.config import ConfigError, load_config
 

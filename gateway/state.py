@@ -20,7 +20,7 @@ from gateway.pool import Router
 from gateway.rate_log import log_rates_forever
 from gateway.relay import Relay
 from gateway.shared_limits import SharedLimiter
-from gateway.store import open_store
+from gateway.stores import open_store
 from gateway.upstream import HttpUpstream, UpstreamClient
 from gateway.usage import UsageRecorder
 from zerogap.config import Config

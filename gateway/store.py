@@ -11,10 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from zerogap.config import Config
+from typing import Protocol
 
 KEY_PREFIX = "zg-"
 RESERVED_NAMES = frozenset({"unified"})
@@ -104,14 +101,3 @@ class Store(Protocol):
     async def usage(self) -> list[UsageRow]: ...
 
     async def close(self) -> None: ...
-
-
-def open_store(config: Config) -> Store:
-    """The store config.toml names (not yet opened: call `await store.open()`)."""
-    if config.gateway.database_url:
-        from gateway.pg_store import PostgresStore
-
-        return PostgresStore(config.gateway.database_url)
-    from gateway.keystore import SqliteStore
-
-    return SqliteStore(config.resolve_path(config.gateway.key_store))
