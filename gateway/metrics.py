@@ -11,6 +11,7 @@ also sets its backend gauges every second, since any worker may be the one asked
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -92,6 +93,12 @@ class GatewayMetrics:
             "zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r
         )
         self.route = RouteMetrics(r)
+        self.tasks = Gauge(
+            "zerogap_event_loop_tasks",
+            "asyncio tasks alive (flat under steady load; growth is a leak)",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
 
     def start_at_zero(self, router: Router) -> None:
         """Each backend's retry and connect-error series exist from the start at 0, so that
@@ -107,6 +114,7 @@ class GatewayMetrics:
             self.backend_inflight.labels(b.name, b.model).set(b.num_inflight)
             self.backend_load.labels(b.name, b.model).set(b.num_reported)
         self.route.render(router)
+        self.tasks.set(len(asyncio.all_tasks()))
 
     def render(self, router: Router) -> bytes:
         self.set_backend_gauges(router)

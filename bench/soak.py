@@ -1,0 +1,234 @@
+"""Soak: many streams through the gateway for a long time, with the faults clients cause and
+upstreams make, watching the gateway for leaks.
+
+Processes: two fixture upstreams (tests/fixtures/upstream.py, known timing), the gateway
+(`zerogap gateway`), and this load generator. Each of `--concurrency` clients loops over a mix:
+good streams (TTFT measured), good non-streamed requests, client cancels (hang up after the first
+chunk), upstream errors (the upstream answers 500, or resets the connection after 2 tokens),
+and bad requests (not JSON, no model, unknown model, bad key, wrong Content-Type).
+
+Every `--report-s` it prints the gateway's RSS, open fds and asyncio tasks (medians of 1 s
+samples), and the good streams' TTFT p50/p99. At the end it checks the targets:
+  - RSS and open fds flat after the warm-up: growth < 5 % over the reports after `--warmup-s`
+    (the mean of their last quarter over the mean of their first quarter, printed as a ratio);
+  - zero failed good requests; zero 5xx answers to bad requests; no client ever hangs.
+Exit code 0 when all hold, 1 otherwise.
+
+    .venv/bin/python -m bench.soak [--concurrency 512] [--duration-s 1800] [--report-s 60] [--warmup-s 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from backends.process_group import stop_process
+from bench.soak_load import KEY, Tally, run_clients
+from zerogap.net import free_port, wait_for_port
+
+GROWTH_LIMIT = 0.05
+
+
+@dataclass
+class SoakOptions:
+    concurrency: int = 512
+    duration_s: float = 1800.0
+    report_s: float = 60.0
+    warmup_s: float = 600.0
+    interval_s: float = 0.05  # the upstreams' gap between tokens (TTFT the same)
+    seed: int = 1
+
+
+@dataclass
+class Report:
+    """One --report-s interval."""
+
+    end_s: float
+    tally: Tally
+    rss_mb: float
+    num_fds: float
+    num_tasks: float
+
+    def line(self) -> str:
+        t = self.tally
+        p50, p99 = t.ttft_ms(0.5), t.ttft_ms(0.99)
+        return (
+            f"{self.end_s:7.0f} {t.num_requests:8d} {t.num_requests / max(t.span_s, 1e-9):7.1f} {t.num_good_failed:5d}"
+            f" {t.num_bad_5xx:5d} {t.num_hung:5d} {self.rss_mb:8.1f} {self.num_fds:6.0f} {self.num_tasks:6.0f}"
+            f" {p50:8.1f} {p99:8.1f}"
+        )
+
+
+HEADER = "  end_s requests     rps  good_failed bad_5xx hung  rss_mb    fds  tasks ttft_p50 ttft_p99 (ms)"
+
+
+@dataclass
+class SoakResult:
+    reports: list[Report] = field(default_factory=list)
+    rss_growth: float = 0.0
+    fds_growth: float = 0.0
+    tasks_growth: float = 0.0
+    failures: list[str] = field(default_factory=list)  # the targets missed (empty: all held)
+
+
+def proc_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def proc_num_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def scrape_tasks(session: aiohttp.ClientSession, url: str) -> float:
+    async with session.get(url + "/metrics") as resp:
+        for line in (await resp.text()).splitlines():
+            if line.startswith("zerogap_event_loop_tasks "):
+                return float(line.split()[1])
+    return 0.0
+
+
+async def sample(pid: int, url: str, until_s: float, samples: list[tuple[float, float, float]]) -> None:
+    """(rss_mb, fds, tasks) every second until until_s."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        while time.monotonic() < until_s:
+            try:
+                num_tasks = await scrape_tasks(session, url)
+            except (aiohttp.ClientError, TimeoutError):
+                num_tasks = float("nan")
+            samples.append((proc_rss_mb(pid), proc_num_fds(pid), num_tasks))
+            await asyncio.sleep(1.0)
+
+
+def write_config(folder: Path, port: int, upstream_ports: list[int]) -> Path:
+    path = folder / "config.toml"
+    lines = [
+        f'[server]\nport = {port}\napi_key = "{KEY}"\n[gateway]\nkey_store = "keys.db"\n[logging]\nlevel = "error"'
+    ]
+    for i, up in enumerate(upstream_ports):
+        lines.append(f'[[backends]]\nname = "up{i}"\nurl = "http://127.0.0.1:{up}"\nmodel = "soak"')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def drive(opts: SoakOptions, gateway_pid: int, url: str) -> SoakResult:
+    result = SoakResult()
+    t0_s = time.monotonic()
+    end_s = t0_s + opts.duration_s
+    tally = Tally(t0_s)
+    samples: list[tuple[float, float, float]] = []
+    clients = asyncio.create_task(run_clients(url, opts.concurrency, end_s, random.Random(opts.seed), lambda: tally))
+    sampler = asyncio.create_task(sample(gateway_pid, url, end_s + 1, samples))
+    print(HEADER, flush=True)
+    next_s = t0_s + opts.report_s
+    while next_s <= end_s + 1e-6:
+        await asyncio.sleep(max(0.0, next_s - time.monotonic()))
+        done, tally, now_samples = tally, Tally(time.monotonic()), list(samples)
+        samples.clear()
+        done.span_s = time.monotonic() - done.start_s
+        rss, fds, tasks = (statistics.median(x) if x else 0.0 for x in zip(*now_samples, strict=True))
+        report = Report(next_s - t0_s, done, rss, fds, tasks)
+        result.reports.append(report)
+        print(report.line(), flush=True)
+        next_s += opts.report_s
+    await clients  # each client ends its last request (bounded by its timeout)
+    result.reports[-1].tally.merge(tally)
+    sampler.cancel()
+    judge(opts, result)
+    return result
+
+
+def growth(values: list[float]) -> float:
+    """Mean of the last quarter over the mean of the first quarter, minus 1 (idle keep-alive
+    connections and the allocator make single readings noisy)."""
+    n = max(1, len(values) // 4)
+    return statistics.fmean(values[-n:]) / max(statistics.fmean(values[:n]), 1e-9) - 1
+
+
+def judge(opts: SoakOptions, result: SoakResult) -> None:
+    after = [r for r in result.reports if r.end_s > opts.warmup_s] or result.reports[-1:]
+    result.rss_growth = growth([r.rss_mb for r in after])
+    result.fds_growth = growth([r.num_fds for r in after])
+    result.tasks_growth = growth([r.num_tasks for r in after])
+    total = Tally(0.0)
+    for r in result.reports:
+        total.merge(r.tally)
+    if result.rss_growth >= GROWTH_LIMIT:
+        result.failures.append(f"RSS grew {result.rss_growth:+.1%} after the warm-up (limit {GROWTH_LIMIT:.0%})")
+    if result.fds_growth >= GROWTH_LIMIT:
+        result.failures.append(f"open fds grew {result.fds_growth:+.1%} after the warm-up (limit {GROWTH_LIMIT:.0%})")
+    if total.num_good_failed:
+        result.failures.append(f"{total.num_good_failed} good requests failed, e.g. {total.examples[:3]}")
+    if total.num_bad_5xx:
+        result.failures.append(f"{total.num_bad_5xx} bad requests got a 5xx")
+    if total.num_hung:
+        result.failures.append(f"{total.num_hung} requests hung (no answer within their timeout)")
+    print(
+        f"\n{total.num_requests} requests ({total.summary()}); after the warm-up ({opts.warmup_s:g} s): "
+        f"RSS x{1 + result.rss_growth:.3f}, open fds x{1 + result.fds_growth:.3f}, tasks x{1 + result.tasks_growth:.3f}"
+    )
+    print("targets: " + ("all held" if not result.failures else "MISSED: " + "; ".join(result.failures)))
+
+
+def run_soak(opts: SoakOptions) -> SoakResult:
+    """Start the upstreams and the gateway, drive the load, stop them; the gateway's log goes to
+    stderr if it fails."""
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="zerogap-soak-") as tmp:
+        folder = Path(tmp)
+        up_ports, port = [free_port(), free_port()], free_port()
+        timing = ["--ttft-s", str(opts.interval_s), "--interval-s", str(opts.interval_s)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.fixtures.upstream", "--port", str(p), "--model", "soak", *timing],
+                cwd=repo,
+            )
+            for p in up_ports
+        ]
+        log = folder / "gateway.log"
+        try:
+            for p, proc in zip(up_ports, procs, strict=True):
+                wait_for_port(p, 30, proc)
+            with log.open("wb") as err:
+                config = write_config(folder, port, up_ports)
+                cmd = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
+                gateway = subprocess.Popen(cmd, stdout=err, stderr=err, cwd=repo)
+            procs.append(gateway)
+            wait_for_port(port, 30, gateway)
+            result = asyncio.run(drive(opts, gateway.pid, f"http://127.0.0.1:{port}"))
+        finally:
+            for proc in procs:
+                stop_process(proc, 10)
+        if result.failures:
+            sys.stderr.write(log.read_text(errors="replace")[-4000:])
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Soak the gateway: leaks, failed good requests, 5xx for bad ones.")
+    p.add_argument("--concurrency", type=int, default=512)
+    p.add_argument("--duration-s", type=float, default=1800.0)
+    p.add_argument("--report-s", type=float, default=60.0)
+    p.add_argument("--warmup-s", type=float, default=600.0, help="growth is measured from the first report after")
+    p.add_argument("--interval-s", type=float, default=0.05, help="the upstreams' TTFT and gap between tokens")
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args(argv)
+    opts = SoakOptions(a.concurrency, a.duration_s, a.report_s, a.warmup_s, a.interval_s, a.seed)
+    return 1 if run_soak(opts).failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
