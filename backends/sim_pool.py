@@ -47,4 +47,11 @@ def sim_pool(
         )
 
     stream.write(f"zerogap backends: starting {config.engine.replicas} simulated engine(s)\n")
+    engine = config.engine
+    if engine.tensor_parallel_size * engine.pipeline_parallel_size > 1:
+        stream.write(
+            f"zerogap backends: [engine].tensor_parallel_size = {engine.tensor_parallel_size}, pipeline_parallel_size "
+            f"= {engine.pipeline_parallel_size}: the sim models one engine per replica (its [sim] cost model), "
+            "whatever the GPUs it would span\n"
+        )
     return sim_specs(config, config_path, log_dir), Hooks(diagnose=diagnose, on_ready=on_ready)

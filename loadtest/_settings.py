@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, HttpUrl, field_
 from zerogap.config.explain import read_text, validate
 
 SETTINGS_ENV = "ZEROGAP_SETTINGS"
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_SETTINGS = "settings.json"
 
 
@@ -47,10 +49,14 @@ class ApiSection(_Section):
     @model_validator(mode="before")
     @classmethod
     def _no_key_in_file(cls, data: Any) -> Any:
+        """A key written in the file is refused; "api_key": "${VAR}" names the variable, like api_key_env."""
         if isinstance(data, dict) and "api_key" in data:
+            named = _ENV_REFERENCE.fullmatch(str(data["api_key"]))
+            if named and data.get("api_key_env", named.group(1)) == named.group(1):
+                return {**{k: v for k, v in data.items() if k != "api_key"}, "api_key_env": named.group(1)}
             raise ValueError(
                 "api_key must not be written in settings.json; put the key in an environment variable "
-                "and name it in api.api_key_env"
+                'and name it: "api_key_env": "TAOTOKEN_API_KEY" (or "api_key": "${TAOTOKEN_API_KEY}")'
             )
         return data
 

@@ -60,3 +60,10 @@ def test_vllm_with_tensor_parallel_4_and_no_gpu_says_so(tmp_path: Path, clean_en
     assert done.returncode == 2, done.stderr
     assert "tensor_parallel_size × pipeline_parallel_size = 4 needs 4 GPUs per replica" in done.stderr
     assert "--engine sim" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_key_named_as_a_variable_reference_is_read_from_the_environment() -> None:
+    settings = parse_settings('{"api": {"api_key": "${MY_KEY}"}}')
+    assert settings.api.api_key_env == "MY_KEY" and settings.api_key({"MY_KEY": "sk-1"}) == "sk-1"
+    with pytest.raises(Exception, match="api_key must not be written"):
+        parse_settings('{"api": {"api_key": "sk-123"}}')

@@ -116,6 +116,7 @@ def test_backends_and_gateway_log_their_rates(stack: Stack) -> None:
     time.sleep(1.5)
     backends = stack.backends_log.read_text(errors="replace")
     assert "overlap_token_interval = async_scheduling = true" in backends and "mode async+slot_reuse" in backends
+    assert "tensor_parallel_size = 4, pipeline_parallel_size = 1: the sim models one engine" in backends
     busy = re.findall(r"replica0 output ([\d,]+) tok/s, GPU (\d+)% \(sim busy ratio\)", backends)
     assert busy and max(int(tps.replace(",", "")) for tps, _ in busy) > 0, backends[-2000:]
     assert max(int(gpu) for _, gpu in busy) > 0
