@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backends.process_group import stop_process
+from zerogap.net import free_port, wait_for_port
+
 REPO = Path(__file__).resolve().parent.parent
 NUM_TOKENS = 256
 WARMUP_S = 2.0
@@ -189,9 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.aiohttp_client:
         print(json.dumps(asyncio.run(_aiohttp_main(args.aiohttp_client, args.streams, args.seconds))))
         return 0
-    sys.path.insert(0, str(REPO))
-    from tests.conftest import free_port, stop_process, wait_for_port
-
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "bench.harness_throughput", "--serve", str(port)], cwd=REPO)
     harness, plain = [], []

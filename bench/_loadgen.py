@@ -1,0 +1,159 @@
+"""The load generator of bench/gateway_overhead.py, in a process of its own (so that it is
+never part of what is measured): aiohttp on uvloop, `--concurrency` streams kept open, each
+request's tokens counted as they arrive.
+
+    python -m bench._loadgen --target direct=http://127.0.0.1:P --target gateway=http://... \
+        --watch gateway=PID --watch upstream=PID [--rounds 5] [--concurrency 256] --out rounds.json
+
+Round after round it drives each target in turn (the order rotates each round, so no target
+always goes first). In each round's measured window it counts the tokens that arrive, takes
+each request's time to first byte (requests that started in the window), and reads the CPU
+seconds of every watched process (/proc) and of itself at the window's two edges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+TOKEN = b'":" t'  # each token is " tK" in `"text":" tK"`
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc); nan if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Round:
+    def __init__(self, warmup_s: float, measure_s: float) -> None:
+        self.measure_from = time.monotonic() + warmup_s
+        self.measure_to = self.measure_from + measure_s
+        self.num_tokens = 0
+        self.ttft_s: list[float] = []
+        self.num_errors = 0
+
+    def in_window(self, t: float) -> bool:
+        return self.measure_from <= t < self.measure_to
+
+
+async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes, r: Round) -> None:
+    start = time.monotonic()
+    first = True
+    async with session.post(url, data=body) as resp:
+        if resp.status != 200:
+            r.num_errors += 1
+            await resp.read()
+            return
+        async for data in resp.content.iter_any():
+            now = time.monotonic()
+            if first:
+                first = False
+                if r.in_window(start):
+                    r.ttft_s.append(now - start)
+            if r.in_window(now):
+                r.num_tokens += data.count(TOKEN)
+            elif now >= r.measure_to:
+                return
+
+
+async def worker(session: aiohttp.ClientSession, url: str, body: bytes, r: Round, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)  # streams start spread over one request's length, as real traffic does
+    while time.monotonic() < r.measure_to:
+        try:
+            await one_stream(session, url, body, r)
+        except (aiohttp.ClientError, OSError):
+            r.num_errors += 1
+            await asyncio.sleep(0.05)
+
+
+async def cpu_window(r: Round, watch: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds of each watched process (and of this one) within the measured window."""
+
+    def sample() -> dict[str, float]:
+        out = {name: sum(cpu_s(p) for p in pids) for name, pids in watch.items()}
+        out["loadgen"] = time.process_time()
+        return out
+
+    await asyncio.sleep(r.measure_from - time.monotonic())
+    before, t0 = sample(), time.monotonic()
+    await asyncio.sleep(r.measure_to - time.monotonic())
+    after, wall_s = sample(), time.monotonic() - t0
+    return {name: (after[name] - before[name]) / wall_s for name in after}  # share of one core
+
+
+async def run_round(url: str, args: argparse.Namespace, watch: dict[str, list[int]]) -> dict[str, Any]:
+    body = json.dumps(
+        {"model": "bench", "prompt": "hello there", "stream": True, "max_tokens": args.max_tokens, "ignore_eos": True}
+    ).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {args.key}"}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        r = Round(args.warmup_s, args.round_s)
+        cpu = asyncio.ensure_future(cpu_window(r, watch))
+        n = args.concurrency
+        tasks = [
+            asyncio.ensure_future(worker(session, url, body, r, i * args.spread_s / n)) for i in range(n)
+        ]  # fmt: skip
+        await asyncio.wait(tasks, timeout=args.warmup_s + args.round_s + 30)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        cpu_share = await cpu
+    return {"tps": r.num_tokens / args.round_s, "ttft_s": r.ttft_s, "num_errors": r.num_errors, "cpu": cpu_share}
+
+
+def parse_pairs(items: list[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in items)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvloop
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", action="append", required=True, help="NAME=BASE_URL, in the order to drive them")
+    p.add_argument("--watch", action="append", default=[], help="NAME=PID[,PID...]: processes whose CPU to read")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--concurrency", type=int, default=256)
+    p.add_argument("--warmup-s", type=float, default=4.0)
+    p.add_argument("--round-s", type=float, default=8.0)
+    p.add_argument("--spread-s", type=float, default=3.3, help="stream starts are spread over this long")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--key", default="bench-key")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    targets = list(parse_pairs(args.target).items())
+    watch = {name: [int(x) for x in pids.split(",")] for name, pids in parse_pairs(args.watch).items()}
+    results = []
+    for i in range(args.rounds):
+        for j in range(len(targets)):
+            name, base = targets[(i + j) % len(targets)]
+            res = uvloop.run(run_round(base + "/v1/completions", args, watch))
+            res.update(kind=name, round=i + 1)
+            results.append(res)
+            shown = " ".join(f"{k}={v:.0%}" for k, v in res["cpu"].items())
+            ttft = sorted(res["ttft_s"])
+            p50_ms = 1000 * ttft[len(ttft) // 2] if ttft else float("nan")
+            print(
+                f"  round {i + 1}: {name:<8} {res['tps']:7.0f} tok/s  TTFT p50 {p50_ms:7.2f} ms  "
+                f"errors={res['num_errors']}  CPU of a core: {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
+    Path(args.out).write_text(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""The figures of bench/gateway_overhead.py from its rounds: each as the median over the
+rounds with its [min..max]; differences and ratios are taken within a round (side by side),
+then summarized over the rounds."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+RELAY_PROCESS = {"direct": "upstream", "gateway": "gateway", "nginx": "nginx"}
+AT_LIMIT = 0.9  # share of one core from which a process counts as the bottleneck
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def spread(values: list[float], unit: str = "", digits: int = 2) -> str:
+    """'median [min..max]unit' of values."""
+    if not values:
+        return "n/a"
+    med, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{med:.{digits}f} [{lo:.{digits}f}..{hi:.{digits}f}]{unit}"
+
+
+def per_round(rounds: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    by: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in rounds:
+        by.setdefault(r["round"], {})[r["kind"]] = r
+    return by
+
+
+def cpu_us_per_token(r: dict[str, Any], process: str) -> float:
+    return 1e6 * r["cpu"][process] / r["tps"] if r["tps"] else float("nan")
+
+
+def figures(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Each figure's value per round."""
+    out: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        out.setdefault(name, []).append(value)
+
+    for kinds in per_round(rounds).values():
+        for kind, r in kinds.items():
+            add(f"{kind}.tps", r["tps"])
+            add(f"{kind}.ttft_p50_ms", 1000 * pct(r["ttft_s"], 0.5))
+            add(f"{kind}.ttft_p99_ms", 1000 * pct(r["ttft_s"], 0.99))
+            add(f"{kind}.cpu_us_per_token", cpu_us_per_token(r, RELAY_PROCESS[kind]))
+            add(f"{kind}.relay_cpu_share", r["cpu"][RELAY_PROCESS[kind]])
+            add(f"{kind}.loadgen_cpu_share", r["cpu"]["loadgen"])
+            add(f"{kind}.upstream_cpu_share", r["cpu"]["upstream"])
+            add(f"{kind}.num_errors", r["num_errors"])
+        g, d, n = kinds.get("gateway"), kinds.get("direct"), kinds.get("nginx")
+        if g and d:
+            add("gateway_vs_direct.tps_ratio", g["tps"] / d["tps"])
+            add("gateway_vs_direct.added_ttft_p50_ms", 1000 * (pct(g["ttft_s"], 0.5) - pct(d["ttft_s"], 0.5)))
+        if g and n:
+            add("gateway_vs_nginx.tps_ratio", g["tps"] / n["tps"])
+            add("gateway_vs_nginx.added_ttft_p50_ms", 1000 * (pct(g["ttft_s"], 0.5) - pct(n["ttft_s"], 0.5)))
+            add("gateway_vs_nginx.cpu_per_token_ratio", cpu_us_per_token(g, "gateway") / cpu_us_per_token(n, "nginx"))
+        if n and d:
+            add("nginx_vs_direct.added_ttft_p50_ms", 1000 * (pct(n["ttft_s"], 0.5) - pct(d["ttft_s"], 0.5)))
+    return out
+
+
+def bottlenecks(f: dict[str, list[float]], kind: str) -> str:
+    """Which process was at its limit in this target's rounds (median CPU share >= AT_LIMIT)."""
+    names = {"relay": f"{kind}.relay_cpu_share", "load generator": f"{kind}.loadgen_cpu_share"}
+    if kind != "direct":
+        names["upstream"] = f"{kind}.upstream_cpu_share"
+    full = [n for n, key in names.items() if statistics.median(f[key]) >= AT_LIMIT]
+    return ", ".join(full) if full else "none near a full core"
+
+
+def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]:
+    f = figures(rounds)
+    kinds = [k for k in RELAY_PROCESS if f"{k}.tps" in f]
+    print(f"{mode}: median [min..max] over {len(f[f'{kinds[0]}.tps'])} rounds; CPU as share of one core")
+    for k in kinds:
+        print(
+            f"  {k:<8} {spread(f[f'{k}.tps'], ' tok/s', 0)}  TTFT p50 {spread(f[f'{k}.ttft_p50_ms'], ' ms')}  "
+            f"p99 {spread(f[f'{k}.ttft_p99_ms'], ' ms')}  {RELAY_PROCESS[k]} CPU {spread(f[f'{k}.relay_cpu_share'])}"
+            f" = {spread(f[f'{k}.cpu_us_per_token'], ' us/token', 1)}  load generator CPU "
+            f"{spread(f[f'{k}.loadgen_cpu_share'])}  errors {sum(f[f'{k}.num_errors']):.0f}  "
+            f"at its limit: {bottlenecks(f, k)}"
+        )
+    summary = {}
+    for key in sorted(k for k in f if "_vs_" in k):
+        unit = " ms" if key.endswith("_ms") else "x"
+        summary[key] = spread(f[key], unit, 2 if unit == " ms" else 3)
+        print(f"  {key:<40} {summary[key]}")
+    for k in kinds:
+        summary[f"{k}.cpu_us_per_token"] = spread(f[f"{k}.cpu_us_per_token"], " us", 1)
+        summary[f"{k}.tps"] = spread(f[f"{k}.tps"], " tok/s", 0)
+        if statistics.median(f[f"{k}.loadgen_cpu_share"]) >= AT_LIMIT:
+            print(f"  NOTE: the load generator was at its limit in the {k} rounds: their tok/s is a floor")
+    print(f"  load average at the end: {load}")
+    print(json.dumps({"mode": mode, **summary}))
+    return summary
