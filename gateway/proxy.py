@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from gateway.asgi import ClientGone, Receive, Scope, Send, header, read_body, send_error
 from gateway.errors import ApiError
 from gateway.limits import estimate_tokens
+from gateway.pipe import Pipe
 from gateway.relay import SSE_HEADERS, Outcome, Start
 from gateway.request import parse_call
 
@@ -161,12 +162,15 @@ async def serve(gw: Gateway, out: Outcome, pool: ModelPool, receive: Receive, se
         watch.cancel()
 
 
-async def _drive(items: AsyncGenerator[Start | bytes, None], send: Send, client: ClientSide) -> None:
+async def _drive(items: AsyncGenerator[Start | bytes | Pipe, None], send: Send, client: ClientSide) -> None:
     done = False
     try:
         async for item in items:
             if isinstance(item, bytes):
                 await send({"type": "http.response.body", "body": item, "more_body": True})
+                continue
+            if isinstance(item, Pipe):  # the body of a stream, relayed from the upstream's callback
+                await item.run(send)
                 continue
             await send({"type": "http.response.start", "status": item.status, "headers": item.headers})
             if item.body is not None:  # the whole answer; the generator ends after it

@@ -22,6 +22,7 @@ from gateway.idle import IdleWatch
 from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
 from gateway.outlier import OutlierDetector
+from gateway.pipe import Pipe
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
 from gateway.routing.prefix import prompt_blocks
@@ -99,7 +100,7 @@ class Relay:
         self.flights = flights
         self.outlier = outlier
 
-    async def run(self, out: Outcome, pool: ModelPool) -> AsyncGenerator[Start | bytes, None]:
+    async def run(self, out: Outcome, pool: ModelPool) -> AsyncGenerator[Start | bytes | Pipe, None]:
         tried: list[Backend] = []
         failure = Retry(503, "no_backend", f"No healthy backend serves model {out.call.model!r} right now.")
         hashes = self._prompt_blocks(out.call) if pool.affinity is not None else []
@@ -256,7 +257,7 @@ class Relay:
 
     async def _stream(
         self, out: Outcome, resp: UpstreamResponse, first: bytes, flight: Flight
-    ) -> AsyncIterator[Start | bytes]:
+    ) -> AsyncIterator[Start | bytes | Pipe]:
         out.first_s = time.monotonic()
         out.status = 200
         out.replied = True
@@ -272,17 +273,10 @@ class Relay:
             data = filt.feed(first)
             if data:
                 yield data
-            read = resp.read_chunk
-            monotonic = time.monotonic
-            feed = filt.feed
-            while True:
-                chunk = await read()
-                if not chunk or watch.fired:
-                    break
-                out.last_s = watch.last_s = monotonic()
-                data = feed(chunk)
-                if data:
-                    yield data
+            pipe = Pipe(resp, filt, out, watch)
+            yield pipe  # proxy._drive runs it: the rest of the body goes to the client from here
+            if pipe.error is not None:  # the backend broke the stream (UpstreamError), or sending failed
+                raise pipe.error
             if watch.fired:
                 raise UpstreamError("idle", "idle timeout")
             rest = filt.rest()

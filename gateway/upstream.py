@@ -13,6 +13,7 @@ import asyncio
 import collections
 import ssl
 import time
+from collections.abc import Callable
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
@@ -42,6 +43,18 @@ class UpstreamResponse(Protocol):
         ...
 
     async def read_all(self) -> bytes: ...
+
+    def pipe(self, sink: Callable[[bytes], None]) -> asyncio.Future[None]:
+        """From now on hand every body chunk to sink(data) from the connection's own callback
+        (what is buffered first), instead of to read_chunk; the future ends with the body, or
+        fails with UpstreamError if the connection breaks."""
+        ...
+
+    def pause_reading(self) -> None:
+        """Read nothing more from the backend until resume_reading (the sink's side is full)."""
+        ...
+
+    def resume_reading(self) -> None: ...
 
     def close(self) -> None:
         """Drop the connection now (the backend sees it close and can free the slot)."""
@@ -152,7 +165,11 @@ class _Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         resp = self.resp
         assert resp is not None
-        resp.feed(body)
+        sink = resp._sink
+        if sink is not None:  # piped: straight on, the hot path of a stream
+            sink(body)
+        else:
+            resp.feed(body)
 
     def on_message_complete(self) -> None:
         resp = self.resp
@@ -188,7 +205,9 @@ class _Response:
     __slots__ = (
         "_buffered",
         "_chunks",
+        "_end",
         "_error",
+        "_sink",
         "_waiter",
         "conn",
         "content_type",
@@ -213,6 +232,8 @@ class _Response:
         self._buffered = 0
         self._waiter: asyncio.Future[None] | None = None
         self._error: UpstreamError | None = None
+        self._sink: Callable[[bytes], None] | None = None
+        self._end: asyncio.Future[None] | None = None
 
     # from the connection
 
@@ -231,6 +252,9 @@ class _Response:
     def message_complete(self) -> None:
         self.done = True
         self._wake()
+        end = self._end
+        if end is not None and not end.done():
+            end.set_result(None)
 
     def fail(self, reason: str, detail: str) -> None:
         if self.done or self._error is not None:
@@ -241,6 +265,10 @@ class _Response:
             waiter.set_exception(self._error)
             waiter.exception()  # retrieved: no "never retrieved" warning if nobody waits any more
         self._wake()
+        end, self._sink = self._end, None
+        if end is not None and not end.done():
+            end.set_exception(self._error)
+            end.exception()  # retrieved, as above
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -280,7 +308,31 @@ class _Response:
                 return b"".join(parts)
             parts.append(data)
 
+    def pipe(self, sink: Callable[[bytes], None]) -> asyncio.Future[None]:
+        end = self._end = self.conn.pool.loop.create_future()
+        if self._chunks:
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            sink(data)
+        if self._error is not None:
+            end.set_exception(self._error)
+            end.exception()
+        elif self.done:
+            end.set_result(None)
+        else:
+            self._sink = sink
+            self.conn.resume()
+        return end
+
+    def pause_reading(self) -> None:
+        self.conn.pause()
+
+    def resume_reading(self) -> None:
+        self.conn.resume()
+
     def close(self) -> None:
+        self._sink = None
         self.conn.abort()
 
     def release(self) -> None:

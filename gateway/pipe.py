@@ -1,0 +1,127 @@
+"""The hot path of a stream: each chunk from the backend is filtered and sent to the client
+from the upstream connection's own callback, with no task woken per chunk.
+
+A task woken per chunk resumed through a dozen coroutine frames (uvicorn, the middleware,
+the endpoint, the relay's generators, read_chunk) and back, each cold in the cache: that was
+most of the gateway's CPU per relayed token. Here the ASGI `send` coroutine is stepped by
+hand: it finishes at once unless the client's socket is full. When it does wait, the rest of
+that send runs in a task, reading from the backend pauses, and the chunks that were already
+on their way queue behind it, in order; reading resumes once they are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from gateway.asgi import Message, Send
+from gateway.idle import IdleWatch
+from gateway.sse import SseFilter
+from gateway.upstream import UpstreamError, UpstreamResponse
+
+if TYPE_CHECKING:
+    from gateway.relay import Outcome
+
+
+class _Rest:
+    """Awaits the rest of a coroutine that was stepped by hand and is now waiting on `pending`."""
+
+    __slots__ = ("coro", "pending")
+
+    def __init__(self, coro: Generator[Any, Any, None], pending: Any) -> None:
+        self.coro = coro
+        self.pending = pending
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, pending = self.coro, self.pending
+        while True:
+            try:
+                sent = yield pending
+            except BaseException as exc:  # cancelled: the coroutine decides, as it would if awaited
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration:
+                    return
+                continue
+            try:
+                pending = coro.send(sent)
+            except StopIteration:
+                return
+
+
+class Pipe:
+    """Relays the body of one streamed answer; the relay yields it, proxy._drive runs it with `send`."""
+
+    __slots__ = ("_backlog", "_flusher", "_message", "_send", "error", "filt", "out", "resp", "watch")
+
+    def __init__(self, resp: UpstreamResponse, filt: SseFilter, out: Outcome, watch: IdleWatch) -> None:
+        self.resp = resp
+        self.filt = filt
+        self.out = out
+        self.watch = watch
+        self.error: BaseException | None = None  # what broke the stream (UpstreamError, or from send)
+        self._send: Send | None = None
+        self._message: Message = {"type": "http.response.body", "body": b"", "more_body": True}
+        self._backlog: list[bytes] | None = None  # chunks behind a send that waits (None: none waits)
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def run(self, send: Send) -> None:
+        """Relay until the backend's body ends or breaks (then `error` says why)."""
+        self._send = send
+        try:
+            await self.resp.pipe(self._on_data)
+        except UpstreamError as exc:
+            self.error = self.error or exc
+        except BaseException:
+            if self._flusher is not None:
+                self._flusher.cancel()
+            raise
+        if self._flusher is not None:
+            await self._flusher
+
+    def _on_data(self, data: bytes) -> None:
+        self.out.last_s = self.watch.last_s = time.monotonic()
+        data = self.filt.feed(data)
+        if not data:
+            return
+        if self._backlog is not None:
+            self._backlog.append(data)
+            return
+        message = self._message
+        message["body"] = data
+        assert self._send is not None
+        coro = self._send(message).__await__()
+        try:
+            pending = coro.send(None)
+        except StopIteration:
+            return
+        except BaseException as exc:
+            self._broken(exc)
+            return
+        self._message = {"type": "http.response.body", "body": b"", "more_body": True}  # that one is in use
+        self._backlog = []
+        self.resp.pause_reading()
+        self._flusher = asyncio.ensure_future(self._finish(coro, pending))
+        self._flusher.add_done_callback(self._flushed)
+
+    async def _finish(self, coro: Generator[Any, Any, None], pending: Any) -> None:
+        await _Rest(coro, pending)
+        backlog = self._backlog
+        assert backlog is not None and self._send is not None
+        while backlog:
+            data = b"".join(backlog)
+            backlog.clear()
+            await self._send({"type": "http.response.body", "body": data, "more_body": True})
+        self._backlog = None
+        self.resp.resume_reading()
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._broken(task.exception())
+
+    def _broken(self, exc: BaseException | None) -> None:
+        """Sending to the client failed: stop the stream (run() returns, `error` says why)."""
+        self.error = exc
+        self.resp.close()
