@@ -1,0 +1,84 @@
+"""The stream's hot path (gateway/pipe.py) against a real upstream through the real upstream
+client: a client-side send that has to wait holds the backend back (reading pauses) and loses,
+doubles or reorders nothing; a send that fails stops the stream and closes the upstream request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from gateway.asgi import Message
+from gateway.idle import IdleWatch
+from gateway.pipe import Pipe
+from gateway.sse import SseFilter
+from gateway.upstream import HttpUpstream, UpstreamResponse
+from tests.fixtures.upstream import Behavior, UpstreamServer
+
+NUM_TOKENS = 300
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+
+
+def tokens(raw: bytes) -> str:
+    events = [e[6:] for e in raw.decode().split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "[DONE]" and events.count("[DONE]") == 1
+    return "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1])
+
+
+async def open_stream(url: str) -> tuple[HttpUpstream, UpstreamResponse, bytes]:
+    client = HttpUpstream(connect_timeout_s=5)
+    resp = await client.post(url + "/v1/chat/completions", BODY, {"Content-Type": "application/json"})
+    return client, resp, await resp.read_chunk()
+
+
+def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
+    filt = SseFilter(strip_usage=False)
+    out: Any = SimpleNamespace(last_s=None)  # the pipe only stamps the last chunk's time on it
+    return Pipe(resp, filt, out, IdleWatch(30, resp.close)), filt, out
+
+
+async def test_a_send_that_waits_holds_the_backend_and_loses_nothing() -> None:
+    with UpstreamServer(Behavior(num_output_tokens=NUM_TOKENS, interval_s=0.001), model="m") as up:
+        client, resp, first = await open_stream(up.url)
+        pipe, filt, out = make_pipe(resp)
+        sent = [filt.feed(first)]
+        held: list[bool] = []
+        loop = asyncio.get_running_loop()
+
+        async def send(message: Message) -> None:
+            # The client's socket is full twice: on the 5th chunk (while the backend goes on sending,
+            # unread), then on the first of the burst read after that, whose other chunks queue.
+            if len(sent) in (5, 6):
+                gate = asyncio.Event()
+                loop.call_later(0.2, gate.set)
+                await gate.wait()
+                held.append(resp.conn.paused)  # type: ignore[attr-defined]
+            sent.append(bytes(message["body"]))
+
+        await asyncio.wait_for(pipe.run(send), 10)
+        sent.append(filt.rest())
+        resp.release()
+        await client.close()
+    assert pipe.error is None and held == [True, True]  # reading from the backend paused while the send waited
+    assert tokens(b"".join(sent)) == "".join(f" t{k}" for k in range(NUM_TOKENS))  # every token, once, in order
+    assert out.last_s is not None
+
+
+async def test_a_send_that_fails_stops_the_stream_and_closes_the_upstream_request() -> None:
+    with UpstreamServer(Behavior(num_output_tokens=NUM_TOKENS, interval_s=0.002), model="m") as up:
+        client, resp, _ = await open_stream(up.url)
+        pipe, _, _ = make_pipe(resp)
+        num_sent = 0
+
+        async def send(message: Message) -> None:
+            nonlocal num_sent
+            num_sent += 1
+            if num_sent == 3:
+                raise RuntimeError("the client's transport broke")
+
+        await asyncio.wait_for(pipe.run(send), 10)
+        assert isinstance(pipe.error, RuntimeError)
+        assert up.wait_for(lambda s: s.requests[0].disconnected, 5)
+        await client.close()
+    assert up.requests[0].num_tokens_sent < NUM_TOKENS
