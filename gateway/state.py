@@ -81,7 +81,8 @@ class Gateway:
         ]
         logs = self.config.logging
         if logs.log_tps:
-            rates = log_rates_forever(self.metrics.tokens, self.metrics.requests, logs.log_interval_s)
+            m = self.metrics
+            rates = log_rates_forever(m.tokens.metric, m.requests.metric, logs.log_interval_s)
             self._tasks.append(asyncio.create_task(rates))
         if self.metrics.multiprocess_dir is not None:
             self._tasks.append(asyncio.create_task(self._gauges_forever(BACKEND_GAUGES_INTERVAL_S)))
