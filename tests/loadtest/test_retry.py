@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from loadtest._record import RequestRecord
 from loadtest._retry import with_retries
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.loadtest.helpers import read_report, run_locust, write_settings
 
 
 def record(start: float, kind: str = "", ttft_s: float | None = 0.1, e2e_s: float = 0.5) -> RequestRecord:
@@ -39,3 +43,17 @@ def test_at_most_max_retries_and_only_retryable_kinds() -> None:
         attempt, sent = attempts(record(100.0, kind, None), record(101.0))
         done, _, _ = with_retries(attempt, 3)
         assert len(sent) == 1 and done.error_kind == kind and done.retries == 0
+
+
+def test_a_run_counts_its_retries_per_step(tmp_path: Path) -> None:
+    """The upstream refuses its first 6 requests with 503: with api.max_retries 3 none fails,
+    and the steps' `retries` add up to the 6 refusals."""
+    behavior = Behavior(ttft_s=0.05, interval_s=0.01, num_output_tokens=10, fail_status=503, num_failures=6)
+    with UpstreamServer(behavior) as up:
+        load = {"steps": [2], "warmup_seconds": 0, "measure_last_seconds": 4}
+        settings = write_settings(tmp_path / "s.json", up.url, tmp_path / "runs", "retries",
+                                  api={"max_retries": 3}, load_test=load)  # fmt: skip
+        done = run_locust(settings)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (step,) = read_report(tmp_path / "runs" / "retries")["steps"]
+    assert step["requests_failed"] == 0 and step["retries"] == 6 and step["requests_ok"] > 0
