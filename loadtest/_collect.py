@@ -46,3 +46,21 @@ def p50(step: dict[str, Any], key: str, pct: str = "p50") -> float | None:
     """A latency percentile of a step, None when absent or not collected."""
     figures = step.get(key)
     return figures.get(pct) if figures else None
+
+
+TIMELINE_COLUMNS = {
+    "output_tps": ("output_tps",),
+    "total_tps": ("total_tps",),
+    "ttft_ms": ("ttft_p50_ms",),
+    "tpot_ms": ("tpot_p50_ms",),
+    "gpu_util": ("gpu_util",),
+}
+
+
+def blank_uncollected(settings: Settings, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """timeline.csv's rows with the columns of figures that are not collected left empty."""
+    columns = [column for key in not_collected(settings) for column in TIMELINE_COLUMNS.get(key, ())]
+    for row in rows:
+        for column in columns:
+            row[column] = None
+    return rows

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from loadtest._collect import blank_uncollected
 from loadtest._console import load_text
 from loadtest._diagnosis import diagnose, headline
 from loadtest._plan import Plan
@@ -68,7 +69,7 @@ def write_run(
         "totals": _totals(recorder),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    write_csv(build_rows(samples, recorder, plan, run_start), run_dir / "timeline.csv")
+    write_csv(blank_uncollected(settings, build_rows(samples, recorder, plan, run_start)), run_dir / "timeline.csv")
     (run_dir / "settings.json").write_text(settings.model_dump_json(indent=2), encoding="utf-8")
     return render_run(run_dir)
 

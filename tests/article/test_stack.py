@@ -3,6 +3,7 @@ article's config.toml, and `locust -f loadtest/` from its settings.json (short r
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -74,6 +75,10 @@ def test_collect_false_leaves_the_metric_out(stack: Stack) -> None:
     for key in ("output_tps", "total_tps", "ttft_ms", "tpot_ms", "itl_ms", "gpu_util"):
         assert step[key] is None and key in step["not_collected"], key
     assert step["gpu_util_reason"] == "metrics.collect_gpu_util is false"
+    with (run_dir / "timeline.csv").open(newline="") as handle:
+        timeline = list(csv.DictReader(handle))
+    assert timeline and {row["output_tps"] + row["ttft_p50_ms"] + row["tpot_p50_ms"] + row["gpu_util"]
+                         for row in timeline} == {""}  # fmt: skip
     assert step["requests_ok"] > 0 and step["e2e_ms"]["p50"]
     line = next(x for x in done.stdout.splitlines() if x.startswith("zerogap step 1/1"))
     assert "tok/s" not in line and "TTFT" not in line and "GPU" not in line
