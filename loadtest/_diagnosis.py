@@ -32,7 +32,8 @@ CAP_FULL = 0.90  # running >= 90% of the cap
 KV_FULL = 0.90  # KV-cache usage >= 90%
 GPU_BUSY_PCT = 85.0  # GPU busy at or above: compute-bound
 BATCH_FULL = 0.90  # running >= 90% of the users: the engines hold the whole load
-IN_TRANSIT = 0.70  # running + waiting < 70% of the users: held before the engines
+IN_TRANSIT = 0.70  # running + waiting < 70% of the users: held before the engines ...
+IN_TRANSIT_GROWTH = 0.20  # ... and that share fell by 20 points from the step before
 TTFT_GROWTH = 2.0  # prefill: TTFT p50 doubles from the step before ...
 TPOT_HOLDS = 1.25  # ... while TPOT p50 grows less than 25%
 
@@ -143,7 +144,8 @@ def _batch_cap(s: Step) -> tuple[str, str] | None:
     if not s.queued() or s.running is None:
         return None
     if s.cap is not None:
-        at_cap, cap, how = s.running >= CAP_FULL * s.cap, s.cap, "the engines' max_num_seqs"
+        peak_at_cap = s.running_max is not None and s.running_max >= s.cap
+        at_cap, cap, how = s.running >= CAP_FULL * s.cap or peak_at_cap, s.cap, "the engines' max_num_seqs"
     else:
         peak = s.running_max or s.running
         at_cap, cap, how = s.running >= CAP_FULL * peak, round(peak), "inferred: running is flat while requests wait"
@@ -157,15 +159,24 @@ def _batch_cap(s: Step) -> tuple[str, str] | None:
     )
 
 
-def _gateway(s: Step) -> tuple[str, str] | None:
-    if "concurrency" not in s.raw or s.running is None or not s.users:
+def _at_engines(step: dict[str, Any]) -> float | None:
+    """The share of the users' requests that the engines hold (running + waiting)."""
+    backend = step.get("backend") or {}
+    running, users = _num(backend.get("running_mean")), _num(step.get("users")) or _num(step.get("concurrency"))
+    if running is None or not users or "concurrency" not in step:
         return None
-    at_engines = s.running + (s.waiting or 0.0)
-    if at_engines >= IN_TRANSIT * s.users:
+    return (running + (_num(backend.get("waiting_mean")) or 0.0)) / users
+
+
+def _gateway(s: Step) -> tuple[str, str] | None:
+    """Requests held between the load generator and the engines, more so than at the step before
+    (a fixed share in transit is the HTTP and tokenizer time of short requests, not a limit)."""
+    share, before = _at_engines(s.raw), _at_engines(s.before) if s.before else None
+    if share is None or before is None or share >= IN_TRANSIT or share > before - IN_TRANSIT_GROWTH:
         return None
     return (
-        f"only {at_engines:.1f} of {s.users:g} users' requests are at the engines: the rest are held between "
-        f"the load generator and the engines; {s.figures()}",
+        f"only {share * 100:.0f}% of the users' requests are at the engines ({before * 100:.0f}% at the step "
+        f"before): the rest are held between the load generator and the engines; {s.figures()}",
         "the gateway: more processes (zerogap gateway --workers N), check its CPU and [gateway] limits",
     )
 

@@ -83,7 +83,10 @@ def test_errors_load_generator_gateway_prefill() -> None:
     assert limit(step(requests_failed=3, requests_ok=97, errors={"http_429": 3})) == "errors"
     assert limit(step(gpu=98.0, requests_failed=1, requests_ok=99)) == "compute"  # 1% is not the limit
     assert limit(step(valid=False, invalid_reason="load generator CPU 99% >= 90%")) == "load_generator"
-    assert limit(step(running=30.0, waiting=0.0, gpu=40.0)) == "gateway"  # 30 of 64 at the engines
+    # 30 of 64 at the engines where the step before had all of its 32: held in between
+    assert limit(step(running=30.0, waiting=0.0, gpu=40.0), before=step(users=32, running=32.0)) == "gateway"
+    assert limit(step(running=30.0, waiting=0.0, gpu=40.0), before=step(users=32, running=20.0)) == "none"
+    assert limit(step(running=30.0, waiting=0.0, gpu=40.0)) == "none"  # a fixed share in transit: no limit
     before = step(users=32, running=32.0, gpu=90.0, tps=900.0)
     squeezed = step(gpu=90.0, ttft_ms={"p50": 101.0}, tpot_ms={"p50": 24.0})
     assert limit(squeezed, before=before) == "prefill"

@@ -81,7 +81,7 @@ def _apply(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     raw = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
     for key, value in settings.items():
         section, name = key.split(".", 1)
-        raw[section][name] = value
+        raw.setdefault(section, {})[name] = value
         partner = PARTNERS.get(name)
         if partner in _fields(section) and f"{section}.{partner}" not in settings:
             raw[section][partner] = value
@@ -93,7 +93,7 @@ def candidates(base: Config, axes: list[Axis]) -> list[Candidate]:
     seen = {axis.key for axis in axes}
     if len(seen) < len(axes):
         raise ConfigError("--grid: a field is named twice. Give each field once, with all its values.")
-    raw = base.model_dump()
+    raw = base.model_dump(exclude_unset=True)  # what the file set, and the grid: vLLM gets flags for those only
     out = []
     for combo in itertools.product(*(axis.values for axis in axes)):
         settings = {axis.key: value for axis, value in zip(axes, combo, strict=True)}

@@ -26,14 +26,14 @@ HOST = "127.0.0.1"
 
 def candidate_config(config: Config, base_port: int, gateway_port: int, key: str) -> str:
     """The engine sections as tuned, on free ports; [server] only for the gateway in front."""
-    dump = config.model_dump()
-    dump["engine"] = {**dump["engine"], "base_port": base_port, "host": HOST}
-    if dump["engine"]["model"] and config.engine.model and not Path(config.engine.model).is_absolute():
+    dump = config.model_dump(exclude_unset=True)  # vLLM gets a flag for each field the file sets, only those
+    dump["engine"] = {**dump.get("engine", {}), "base_port": base_port, "host": HOST}
+    if config.engine.model and not Path(config.engine.model).is_absolute():
         resolved = config.resolve_path(config.engine.model)
         if resolved.exists():  # a local model folder stays found from the tune's own folder
             dump["engine"]["model"] = str(resolved)
     server = {"host": HOST, "port": gateway_port, "api_key": key, "base_url": f"http://{HOST}:{gateway_port}"}
-    sections = {"server": server, **{name: dump[name] for name in ENGINE_SECTIONS}}
+    sections = {"server": server, **{name: dump.get(name, {}) for name in ENGINE_SECTIONS}}
     sections["gateway"] = {"health_interval_s": 1}
     return sections_text(sections)
 

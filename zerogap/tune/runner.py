@@ -76,6 +76,10 @@ def run_real(candidate: Candidate, plan: TunePlan, out_dir: Path, name: str) -> 
         )
     report = json.loads(report_path.read_text(encoding="utf-8"))
     steps: list[dict[str, Any]] = report["steps"]
-    found = report.get("diagnosis")
-    diagnosis = found if isinstance(found, list) else diagnose(steps)
+    cap = candidate.config.scheduler.max_num_seqs * candidate.config.engine.replicas
+    for step in steps:  # vLLM does not say its cap; tune knows the one it started the pool with
+        backend = step.setdefault("backend", {})
+        if backend.get("max_num_seqs") is None:
+            backend["max_num_seqs"] = cap
+    diagnosis = diagnose(steps)
     return Result(candidate, steps, diagnosis, time.monotonic() - started, str(folder / "run"))

@@ -1,0 +1,48 @@
+"""`zerogap tune --engine vllm` with real vLLM (the tiny local model): two candidates,
+each a real replica started, load-tested through the real Locust harness, and stopped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from backends.tiny_model import build_tiny_model
+from tests.backends.vllm.pool import MODEL, READY_TIMEOUT_S, vllm_interpreter
+from tests.conftest import REPO, zerogap_cmd
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def test_tune_two_vllm_candidates(tmp_path: Path) -> None:
+    build_tiny_model(tmp_path / "models" / "tiny")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f"""[engine]
+model = "models/tiny"
+served_model_name = "{MODEL}"
+python = "{vllm_interpreter()}"
+max_model_len = 512
+startup_timeout_s = {READY_TIMEOUT_S}
+stop_timeout_s = 20
+env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
+"""
+    )
+    out = tmp_path / "tune"
+    cmd = zerogap_cmd("tune", "--config", str(config), "--engine", "vllm", "--grid", "max_num_seqs=2,16")
+    cmd += ["--steps", "8", "--step-seconds", "6", "--measure-seconds", "4", "--warmup-seconds", "1"]
+    cmd += ["--input-tokens", "32", "--output-tokens", "16", "--out", str(out)]
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    data = json.loads((out / "tune.json").read_text())
+    ranked = [c["settings"]["scheduler.max_num_seqs"] for c in data["candidates"]]
+    assert ranked == [16, 2], data["candidates"]
+    capped = data["candidates"][1]
+    assert capped["limit"] == "batch_cap", (capped["evidence"], capped["steps"])
+    assert "running 2.0 of a cap of 2" in capped["evidence"]
+    assert all(c["output_tps"] > 0 for c in data["candidates"])
+    assert "[2/2] max_num_seqs=2" in run.stdout and "best: max_num_seqs=16" in run.stdout
+    replica_log = out / "candidate1" / "pool" / "logs" / "replica0.log"
+    assert "--max-num-seqs" in (out / "candidate1" / "pool" / "supervisor.log").read_text() + replica_log.read_text()
