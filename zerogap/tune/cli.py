@@ -1,4 +1,8 @@
-"""`zerogap tune [--config F] [--engine sim|vllm] --grid NAME=V1,V2 ... [--steps 32,128,256]
+"""Try engine settings: start the pool with each combination of the --grid values, load-test
+it in steps, stop it; rank by goodput under the SLOs, then output TPS, and say why each
+one's TPS stops growing.
+
+`zerogap tune [--config F] [--engine sim|vllm] --grid NAME=V1,V2 ... [--steps 32,128,256]
 [--step-seconds S] [--slo ttft_ms=..,tpot_ms=..] [--virtual] [--out DIR]`."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from zerogap.tune.grid import Candidate
@@ -15,7 +15,6 @@ class Result:
     diagnosis: list[dict[str, Any]]
     elapsed_s: float = 0.0
     run_dir: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def best_step(self) -> dict[str, Any] | None:
