@@ -66,7 +66,6 @@ class Step:
         self.gpu_pct = _num(gpu.get("mean")) if isinstance(gpu, dict) else None
         self.interval_ms = _num(step.get("token_interval_ms"))
         self.users = _num(step.get("users")) or _num(step.get("concurrency"))
-        self.load = step.get("concurrency", step.get("request_rate"))
 
     def figures(self) -> str:
         """The server-side evidence, as far as it is known."""
@@ -238,7 +237,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
 
 def diagnose_step(step: dict[str, Any], before: dict[str, Any] | None, after: dict[str, Any] | None) -> Entry:
     s = Step(step, before, after)
-    entry: Entry = {"step": step.get("index"), "concurrency": s.users if s.users is not None else s.load}
+    entry: Entry = {"step": step.get("index"), "concurrency": step.get("concurrency", step.get("users"))}
     if "request_rate" in step:
         entry["request_rate"] = step["request_rate"]
     for name, rule in RULES:
