@@ -78,7 +78,7 @@ def _bind_error(config: Config) -> int:
 
 
 def supervise(config: Config, num_workers: int, argv: list[str]) -> int:
-    from gateway.workers import Supervisor, port_is_free, worker_argv
+    from gateway.workers import STOP_GRACE_S, Supervisor, port_is_free, worker_argv
 
     if not port_is_free(config.server.host, config.server.port):
         return _bind_error(config)
@@ -88,7 +88,8 @@ def supervise(config: Config, num_workers: int, argv: list[str]) -> int:
             "to share them with other gateway hosts",
             num_workers,
         )
-    return Supervisor(worker_argv(argv), num_workers).run()
+    grace_s = config.gateway.drain_timeout_s + STOP_GRACE_S
+    return Supervisor(worker_argv(argv), num_workers, grace_s).run()
 
 
 def raise_open_file_limit() -> None:

@@ -28,7 +28,7 @@ from gateway.file_limits import SHARED_LIMITS_ENV
 log = logging.getLogger("zerogap.gateway.workers")
 
 POLL_S = 0.2
-STOP_GRACE_S = 60.0
+STOP_GRACE_S = 30.0  # beyond the workers' own drain timeout
 QUICK_EXIT_S = 3.0  # a worker that dies this soon after its start counts as a failed start
 MAX_FAILED_STARTS = 5
 
@@ -71,9 +71,11 @@ class Worker:
 
 
 class Supervisor:
-    def __init__(self, worker_argv: list[str], num_workers: int) -> None:
+    def __init__(self, worker_argv: list[str], num_workers: int, stop_grace_s: float = STOP_GRACE_S) -> None:
+        """stop_grace_s: how long the workers may take to drain after SIGTERM before they are killed."""
         self.worker_argv = worker_argv
         self.num_workers = num_workers
+        self.stop_grace_s = stop_grace_s
         self.run_dir = tempfile.mkdtemp(prefix="zerogap-workers-")
         self.metrics_dir = os.path.join(self.run_dir, "metrics")
         os.mkdir(self.metrics_dir)
@@ -137,12 +139,12 @@ class Supervisor:
         for w in self.workers:
             if w.proc.poll() is None:
                 w.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
+        deadline = time.monotonic() + self.stop_grace_s
         for w in self.workers:
             try:
                 w.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("worker %d did not stop within %.0f s; killing it", w.index, STOP_GRACE_S)
+                log.warning("worker %d did not stop within %.0f s; killing it", w.index, self.stop_grace_s)
                 w.proc.kill()
                 w.proc.wait()
         log.info("all %d workers stopped", len(self.workers))

@@ -4,6 +4,7 @@ the database going away and coming back while they serve loses nothing."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, zerogap_cmd
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import GatewayProcess, call, chat, write_config
@@ -74,6 +75,14 @@ def test_keys_revocations_and_usage_are_shared(pair: Pair) -> None:
     assert statuses == [200] * num
     time.sleep(1.5)  # every process flushes within a second
     assert usage_of(a, "counted") == usage_of(b, "counted") == (num, 3 * num, NUM_TOKENS * num)
+
+    # `zerogap keys` without --url works on the same database (config.toml's database_url).
+    listed = subprocess.run(zerogap_cmd("keys", "--config", str(a.config), "list"), capture_output=True, timeout=30)
+    line = next(x for x in listed.stdout.decode().splitlines() if x.startswith("counted "))
+    assert line.split()[-2:] == [str(num), str((3 + NUM_TOKENS) * num)] and "revoked" in listed.stdout.decode()
+    made = subprocess.run(zerogap_cmd("keys", "--config", str(a.config), "create", "--name", "by-cli"),
+                          capture_output=True, timeout=30)  # fmt: skip
+    assert seconds_until(b, made.stdout.decode().strip(), 200) <= 1.0
 
 
 def test_rpm_burst_spread_over_both_is_admitted_within_5_percent(pair: Pair) -> None:
