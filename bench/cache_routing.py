@@ -3,13 +3,15 @@
 Three simulated engines with small KV caches (2,048 blocks of 16 tokens) behind the
 gateway; 48 streams send chat requests whose system prompt is one of 48 shared prefixes
 of ~1,000 words (one word = one token in the sim), then a short question of their own.
-Each round starts fresh engines and a gateway with one routing policy, warms up, and
-measures: the engines' prefix-cache hit rate (vllm:prefix_cache_hits_total /
+Each policy gets its own gateway and three fresh engines, all running at once; after a
+warm-up (the caches fill), rounds take turns between the policies (the order rotates), so
+that the load the rest of the machine puts on it falls on all three alike. A round measures
+the engines' prefix-cache hit rate (vllm:prefix_cache_hits_total /
 vllm:prefix_cache_queries_total), TTFT p50/p90, output TPS, and the requests each engine
-finished (max / mean). Rounds alternate the policies, on the uniform workload and with one
-prefix taking half the traffic; the ratios to least_load are paired within a repeat.
+finished (max / mean). On the uniform workload, then (fresh pools) with one prefix taking
+half the traffic; the ratios to least_load are paired within a round.
 
-    .venv/bin/python -m bench.cache_routing [--repeats 3] [--warmup-s 6] [--measure-s 15]
+    .venv/bin/python -m bench.cache_routing [--rounds 5] [--warmup-s 8] [--measure-s 8]
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ import asyncio
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,11 +105,19 @@ async def stream_loop(session: aiohttp.ClientSession, url: str, workload: Worklo
             await asyncio.sleep(0.05)
 
 
-async def drive(url: str, workload: Workload, args: argparse.Namespace, at_start: Callable[[], Any]) -> Window:
+async def drive(
+    url: str,
+    workload: Workload,
+    args: argparse.Namespace,
+    warmup_s: float,
+    measure_s: float,
+    at_start: Callable[[], Any],
+) -> Window:
+    """args.streams streams for warmup_s, then measure_s measured (at_start runs in between)."""
     now = time.monotonic()
-    w = Window(now + args.warmup_s, now + args.warmup_s + args.measure_s)
+    w = Window(now + warmup_s, now + warmup_s + measure_s)
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    timeout = aiohttp.ClientTimeout(total=args.warmup_s + args.measure_s + 60)
+    timeout = aiohttp.ClientTimeout(total=warmup_s + measure_s + 60)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=headers, timeout=timeout) as s:
         tasks = [
             asyncio.ensure_future(stream_loop(s, url, workload, w, i * args.spread_s / args.streams))
@@ -114,7 +125,7 @@ async def drive(url: str, workload: Workload, args: argparse.Namespace, at_start
         ]
         await asyncio.sleep(max(0.0, w.start_s - time.monotonic()))
         await asyncio.to_thread(at_start)
-        await asyncio.wait(tasks, timeout=args.warmup_s + args.measure_s + 60)
+        await asyncio.wait(tasks, timeout=warmup_s + measure_s + 60)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -161,22 +172,17 @@ def gateway_config(args: argparse.Namespace, tmp: Path, port: int, sim_urls: lis
     return path
 
 
-def run_round(args: argparse.Namespace, policy: str, hot_share: float, tmp: Path) -> dict[str, Any]:
-    settings = parse_settings(
-        json.dumps(
-            {
-                "workload": {
-                    "model": MODEL,
-                    "prefix_groups": args.groups,
-                    "prefix_tokens": args.prefix_words,
-                    "prefix_hot_share": hot_share,
-                    "prompt_tokens": args.input_words,
-                    "max_output_tokens": args.max_tokens,
-                }
-            }
-        )
-    )
-    workload = Workload(settings, " ".join(["question"] * args.input_words), seed=args.seed)
+@dataclass
+class Pool:
+    """One policy's gateway and its three sims."""
+
+    policy: str
+    gateway_url: str
+    sim_urls: list[str]
+
+
+@contextmanager
+def start_pool(args: argparse.Namespace, tmp: Path, policy: str) -> Iterator[Pool]:
     sim_cfg = tmp / "sim.toml"
     sim_cfg.write_text(f"[sim]\nkv_cache_blocks = {args.kv_blocks}\n")
     with ExitStack() as stack:
@@ -186,27 +192,61 @@ def run_round(args: argparse.Namespace, policy: str, hot_share: float, tmp: Path
         ]
         urls = [s.url for s in sims]
         port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "zerogap",
-            "gateway",
-            "--config",
-            str(gateway_config(args, tmp, port, urls, policy)),
-        ]
+        config = gateway_config(args, tmp, port, urls, policy)
+        cmd = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
         gateway = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stack.callback(stop_process, gateway)
         gateway_url = f"http://127.0.0.1:{port}"
         wait_ready(gateway_url, gateway)
-        before: list[dict[str, float]] = []
-        w = asyncio.run(
-            drive(gateway_url + "/v1/chat/completions", workload, args, lambda: before.extend(scrape(urls)))
-        )
-        after = scrape(urls)
-        chosen = decisions(gateway_url)
-    result = summarize_round(policy, hot_share, args.measure_s, w, before, after)
-    result["decisions"] = chosen
+        yield Pool(policy, gateway_url, urls)
+
+
+def make_workload(args: argparse.Namespace, hot_share: float) -> Workload:
+    workload = {
+        "model": MODEL, "prefix_groups": args.groups, "prefix_tokens": args.prefix_words,
+        "prefix_hot_share": hot_share, "prompt_tokens": args.input_words, "max_output_tokens": args.max_tokens,
+    }  # fmt: skip
+    settings = parse_settings(json.dumps({"workload": workload}))
+    return Workload(settings, " ".join(["question"] * args.input_words), seed=args.seed)
+
+
+def measure(pool: Pool, workload: Workload, args: argparse.Namespace, hot_share: float) -> dict[str, Any]:
+    """One round on a pool: its streams ramp up, then args.measure_s is measured."""
+    before: list[dict[str, float]] = []
+
+    def at_start() -> None:
+        before.extend(scrape(pool.sim_urls))
+
+    url = pool.gateway_url + "/v1/chat/completions"
+    w = asyncio.run(drive(url, workload, args, args.round_warmup_s, args.measure_s, at_start))
+    result = summarize_round(pool.policy, hot_share, args.measure_s, w, before, scrape(pool.sim_urls))
+    result["decisions"] = decisions(pool.gateway_url)
     return result
+
+
+def run_phase(args: argparse.Namespace, hot_share: float, tmp: Path) -> list[dict[str, Any]]:
+    """The three policies side by side: all pools up and warmed, then rounds in a rotating order."""
+    workload = make_workload(args, hot_share)
+    results = []
+    with ExitStack() as stack:
+        pools = [stack.enter_context(start_pool(args, tmp, policy)) for policy in POLICIES]
+        for pool in pools:
+            asyncio.run(
+                drive(pool.gateway_url + "/v1/chat/completions", workload, args, args.warmup_s, 0.0, lambda: None)
+            )
+        for n in range(args.rounds):
+            for pool in pools[n % 3 :] + pools[: n % 3]:
+                r = measure(pool, workload, args, hot_share)
+                r["round"] = n
+                results.append(r)
+                print(
+                    f"  [{n + 1}/{args.rounds}] hot {hot_share:.2f} {pool.policy:>12}: hit {r['hit_rate']:.3f} "
+                    f"TTFT p50 {r['ttft_p50_ms']:.1f} p90 {r['ttft_p90_ms']:.1f} ms, {r['output_tps']:.0f} tok/s, "
+                    f"requests {[int(x) for x in r['requests_per_backend']]} errors {r['errors']} "
+                    f"decisions so far { ({k: int(v) for k, v in r['decisions'].items() if v}) }",
+                    flush=True,
+                )
+    return results
 
 
 def summarize_round(
@@ -250,10 +290,10 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 TARGETS_UNIFORM = {"hit_rate": 0.85, "hit_ratio": 1.3, "ttft_ratio": 0.8, "tps_ratio": 0.97, "max_over_mean": 1.3}
 
 
-def report(results: list[dict[str, Any]], hot_share: float, repeats: int) -> None:
-    rows = [r for r in results if r["hot_share"] == hot_share]
+def report(results: list[dict[str, Any]], hot_share: float, rounds: int) -> None:
+    rows = sorted((r for r in results if r["hot_share"] == hot_share), key=lambda r: r["round"])
     title = "uniform" if hot_share == 0 else f"one prefix takes {hot_share:.0%} of the requests"
-    print(f"\n== {title} (median (min..max) over {repeats} round(s) per policy)")
+    print(f"\n== {title} (median (min..max) over {rounds} rounds per policy)")
     print(
         f"{'policy':>12} {'hit rate':>18} {'TTFT p50 ms':>22} {'TTFT p90 ms':>22} "
         f"{'out tok/s':>22} {'max/mean req':>18}"
@@ -275,7 +315,7 @@ def report(results: list[dict[str, Any]], hot_share: float, repeats: int) -> Non
         "tps_ratio": [c["output_tps"] / b["output_tps"] for b, c in pairs],
     }
     print(
-        f"cache_aware / least_load, paired per repeat: hit rate {spread(ratios['hit_ratio'])}x, "
+        f"cache_aware / least_load, paired per round: hit rate {spread(ratios['hit_ratio'])}x, "
         f"TTFT p50 {spread(ratios['ttft_ratio'])}x, output TPS {spread(ratios['tps_ratio'], '{:.3f}')}x"
     )
     checks = {
@@ -295,9 +335,10 @@ def report(results: list[dict[str, Any]], hot_share: float, repeats: int) -> Non
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup-s", type=float, default=6.0)
-    p.add_argument("--measure-s", type=float, default=15.0)
+    p.add_argument("--rounds", type=int, default=5, help="measured rounds per policy and workload")
+    p.add_argument("--warmup-s", type=float, default=8.0, help="each pool's first warm-up (its caches fill)")
+    p.add_argument("--round-warmup-s", type=float, default=2.0, help="the streams' ramp-up before each round")
+    p.add_argument("--measure-s", type=float, default=8.0)
     p.add_argument("--streams", type=int, default=48)
     p.add_argument("--groups", type=int, default=48)
     p.add_argument("--prefix-words", type=int, default=1000)
@@ -312,30 +353,22 @@ def main() -> None:
     p.add_argument("--balance-rel", type=float, default=CacheAwareSection().balance_rel)
     p.add_argument("--json", type=Path, default=None, help="also write every round's figures here")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the sims and the gateway on the way out
     print(
         f"cache routing: 3 sims x {args.kv_blocks} KV blocks (time scale {args.time_scale:g}), {args.streams} streams, "
         f"{args.groups} prefixes of {args.prefix_words} words + {args.input_words}, {args.max_tokens} tokens out; "
-        f"rounds of {args.warmup_s:g}+{args.measure_s:g} s",
+        f"{args.rounds} rounds of {args.round_warmup_s:g}+{args.measure_s:g} s per policy "
+        f"after {args.warmup_s:g} s of warm-up",
         flush=True,
     )
     results = []
     with tempfile.TemporaryDirectory(prefix="zerogap-cache-bench-") as tmp:
-        for repeat in range(args.repeats):
-            for hot_share in (0.0, args.hot_share):
-                for policy in POLICIES:
-                    r = run_round(args, policy, hot_share, Path(tmp))
-                    results.append(r)
-                    print(
-                        f"  [{repeat + 1}/{args.repeats}] hot {hot_share:.2f} {policy:>12}: hit {r['hit_rate']:.3f} "
-                        f"TTFT p50 {r['ttft_p50_ms']:.1f} p90 {r['ttft_p90_ms']:.1f} ms, {r['output_tps']:.0f} tok/s, "
-                        f"requests {[int(x) for x in r['requests_per_backend']]} errors {r['errors']} "
-                        f"decisions { ({k: int(v) for k, v in r['decisions'].items() if v}) }",
-                        flush=True,
-                    )
+        for hot_share in (0.0, args.hot_share):
+            results += run_phase(args, hot_share, Path(tmp))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     for hot_share in (0.0, args.hot_share):
-        report(results, hot_share, args.repeats)
+        report(results, hot_share, args.rounds)
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

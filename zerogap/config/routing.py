@@ -18,6 +18,6 @@ class CacheAwareSection(Section):
         65536, ge=1, le=10_000_000, description="block hashes remembered per backend (LRU); bounds the memory"
     )
     balance_abs: float = Field(
-        16, ge=0, description="affinity is dropped when the match's load exceeds the least load by more than this"
+        32, ge=0, description="affinity is dropped when the match's load exceeds the least load by more than this"
     )
     balance_rel: float = Field(1.3, ge=1, description="... and is more than this many times the least load")
