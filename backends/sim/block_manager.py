@@ -53,18 +53,21 @@ class BlockManager:
         if not self.enable_prefix_caching or seq.block_table:
             return []
         num_full = (seq.num_tokens - 1) // self.block_size
-        self.num_queries += seq.num_tokens
         hits: list[int] = []
         for h in self._chain_hashes(seq.token_ids, 0, num_full):
             block = self.cached.get(h)
             if block is None:
                 break
             hits.append(block)
-        self.num_hits += len(hits) * self.block_size
         return hits
 
     def take_prefix(self, seq: Sequence, blocks: list[int]) -> None:
-        """Give a waiting sequence its cached prefix blocks: they count as computed."""
+        """Give a waiting sequence its cached prefix blocks: they count as computed. The
+        hit-rate counters count it here, at admission, and not for a preempted sequence coming
+        back (as vLLM: a lookup that is not scheduled, or a re-admission, is not a query)."""
+        if self.enable_prefix_caching and seq.num_preemptions == 0:
+            self.num_queries += seq.num_tokens
+            self.num_hits += len(blocks) * self.block_size
         for block in blocks:
             if self.ref_count[block] == 0:
                 del self.free[block]

@@ -70,3 +70,22 @@ def test_prefix_caching_off_never_hits():
     blocks.on_computed(first)
     blocks.release(first)
     assert blocks.match_prefix(_seq(1, list(range(9)))) == []
+
+
+def test_hit_rate_counts_each_admission_once_as_vllm_does():
+    blocks = BlockManager(num_blocks=8, block_size=4)
+    first = _seq(0, list(range(10)))
+    blocks.take_prefix(first, blocks.match_prefix(first))
+    blocks.allocate(first, 10)
+    first.num_computed_tokens = 10
+    blocks.on_computed(first)
+    blocks.release(first)
+    second = _seq(1, [*range(8), 99, 98])
+    for _ in range(3):
+        hits = blocks.match_prefix(second)  # looked up while it waits: not counted yet
+    blocks.take_prefix(second, hits)
+    assert (blocks.num_queries, blocks.num_hits) == (20, 8)
+    blocks.release(second)
+    second.num_preemptions = 1  # preempted, admitted again: not a new query
+    blocks.take_prefix(second, blocks.match_prefix(second))
+    assert (blocks.num_queries, blocks.num_hits) == (20, 8)
