@@ -8,8 +8,9 @@ import json
 import statistics
 from typing import Any
 
-RELAY_PROCESS = {"direct": "upstream", "gateway": "gateway", "nginx": "nginx"}
-AT_LIMIT = 0.9  # share of one core from which a process counts as the bottleneck
+RELAY_PROCESS = {k: k for k in ("gateway", "nginx", "workers2", "baseline")} | {"direct": "upstream"}
+AT_LIMIT = 0.9  # share of one core (per process) from which a process counts as the bottleneck
+NUM_PROCESSES = {"workers2": 2}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -63,6 +64,14 @@ def figures(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
             add("gateway_vs_nginx.cpu_per_token_ratio", cpu_us_per_token(g, "gateway") / cpu_us_per_token(n, "nginx"))
         if n and d:
             add("nginx_vs_direct.added_ttft_p50_ms", 1000 * (pct(n["ttft_s"], 0.5) - pct(d["ttft_s"], 0.5)))
+        if (w := kinds.get("workers2")) and g:
+            add("workers2_vs_gateway.tps_ratio", w["tps"] / g["tps"])
+        if (b := kinds.get("baseline")) and g:
+            add(
+                "gateway_vs_baseline.cpu_per_token_ratio",
+                cpu_us_per_token(g, "gateway") / cpu_us_per_token(b, "baseline"),
+            )
+            add("gateway_vs_baseline.added_ttft_p50_ms", 1000 * (pct(g["ttft_s"], 0.5) - pct(b["ttft_s"], 0.5)))
     return out
 
 
@@ -71,7 +80,8 @@ def bottlenecks(f: dict[str, list[float]], kind: str) -> str:
     names = {"relay": f"{kind}.relay_cpu_share", "load generator": f"{kind}.loadgen_cpu_share"}
     if kind != "direct":
         names["upstream"] = f"{kind}.upstream_cpu_share"
-    full = [n for n, key in names.items() if statistics.median(f[key]) >= AT_LIMIT]
+    limits = {"relay": AT_LIMIT * NUM_PROCESSES.get(kind, 1), "load generator": AT_LIMIT, "upstream": AT_LIMIT}
+    full = [n for n, key in names.items() if statistics.median(f[key]) >= limits[n]]
     return ", ".join(full) if full else "none near a full core"
 
 

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ MODES = {  # upstream timing, tokens per request, warm-up and measured seconds p
     "fixed": {"ttft_s": 0.05, "interval_s": 0.1, "num_tokens": 32, "warmup_s": 4.0, "round_s": 8.0},
     "saturate": {"ttft_s": 0.0, "interval_s": 0.002, "num_tokens": 512, "warmup_s": 2.0, "round_s": 5.0},
 }
+MODES["workers"] = MODES["saturate"]
 
 NGINX_CONF = """worker_processes 1;
 daemon off;
@@ -70,11 +72,8 @@ http {{
 """
 
 
-def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
-
-
 def gateway_config(tmp: Path, port: int, up_port: int) -> Path:
+    tmp.mkdir()
     config = tmp / "config.toml"
     config.write_text(
         f'[server]\nport = {port}\napi_key = "${{TAOTOKEN_API_KEY}}"\n'
@@ -85,53 +84,90 @@ def gateway_config(tmp: Path, port: int, up_port: int) -> Path:
     return config
 
 
-def nginx_pids(master: subprocess.Popen[bytes]) -> list[int]:
+def tree_pids(proc: subprocess.Popen[bytes]) -> str:
+    """The process and its children (nginx's worker, the gateway's --workers), as PID,PID,..."""
     import psutil
 
-    return [master.pid, *(c.pid for c in psutil.Process(master.pid).children())]
+    return ",".join(str(p) for p in [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))])
+
+
+class Stack:
+    """The processes of one mode's run: what the load generator drives (`targets`) and whose CPU it reads."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        self.tmp = tmp
+        self.env = env
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.targets: list[str] = []
+        self.watch: list[str] = []
+
+    def add(self, name: str, cmd: list[str], port: int, cwd: Path = REPO, env: dict[str, str] | None = None) -> None:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env or self.env, stdout=subprocess.DEVNULL)
+        self.procs.append(proc)
+        wait_for_port(port, 30, proc)
+        time.sleep(1.0)  # every worker up
+        self.watch.append(f"{name}={tree_pids(proc)}")
+        if name != "upstream":
+            self.targets.append(f"{name}=http://127.0.0.1:{port}")
+
+    def upstream(self, m: dict[str, float]) -> int:
+        port = free_port()
+        self.add("upstream", [sys.executable, "-m", "bench._upstream", "--port", str(port), "--ttft-s",
+                              str(m["ttft_s"]), "--interval-s", str(m["interval_s"]), "--num-tokens",
+                              str(int(m["num_tokens"]))], port)  # fmt: skip
+        self.targets.append(f"direct=http://127.0.0.1:{port}")
+        return port
+
+    def gateway(self, name: str, up_port: int, num_workers: int = 1, src: Path = REPO) -> None:
+        port = free_port()
+        config = gateway_config(self.tmp / name, port, up_port)
+        cmd = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
+        cmd += ["--workers", str(num_workers)] if num_workers > 1 else []
+        self.add(name, cmd, port, cwd=src, env={**self.env, "PYTHONPATH": str(src)})
+
+    def nginx(self, nginx: str, up_port: int) -> None:
+        port, tmp = free_port(), self.tmp / "nginx"
+        tmp.mkdir()
+        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, up_port=up_port, port=port))
+        self.add("nginx", [nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")], port)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            stop_process(proc)
 
 
 def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], nginx: str | None) -> dict[str, Any]:
     m = {**MODES[mode], **({"round_s": args.round_s} if args.round_s else {})}
-    up_port, gw_port, ng_port = free_port(), free_port(), free_port()
-    procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="zerogap-bench-") as tmp_name:
-        tmp = Path(tmp_name)
+        stack = Stack(Path(tmp_name), env)
         try:
-            upstream = start([sys.executable, "-m", "bench._upstream", "--port", str(up_port),
-                              "--ttft-s", str(m["ttft_s"]), "--interval-s", str(m["interval_s"]),
-                              "--num-tokens", str(m["num_tokens"])], env)  # fmt: skip
-            procs.append(upstream)
-            config = gateway_config(tmp, gw_port, up_port)
-            gateway = start([sys.executable, "-m", "zerogap", "gateway", "--config", str(config)], env)
-            procs.append(gateway)
-            targets = [f"direct=http://127.0.0.1:{up_port}", f"gateway=http://127.0.0.1:{gw_port}"]
-            watch = [f"upstream={upstream.pid}", f"gateway={gateway.pid}"]
-            if nginx:
-                (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, up_port=up_port, port=ng_port))
-                ng = start([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")], env)
-                procs.append(ng)
-                wait_for_port(ng_port, 30, ng)
-                targets.append(f"nginx=http://127.0.0.1:{ng_port}")
-                watch.append("nginx=" + ",".join(str(p) for p in nginx_pids(ng)))
-            wait_for_port(up_port, 30, upstream)
-            wait_for_port(gw_port, 30, gateway)
-            out = tmp / "rounds.json"
-            spread_s = m["ttft_s"] + m["num_tokens"] * m["interval_s"]
-            cmd = [sys.executable, "-m", "bench._loadgen", "--rounds", str(args.rounds),
-                   "--concurrency", str(args.concurrency), "--warmup-s", str(m["warmup_s"]),
-                   "--round-s", str(m["round_s"]), "--spread-s", str(spread_s), "--max-tokens", str(m["num_tokens"]),
-                   "--key", KEY, "--out", str(out)]  # fmt: skip
-            for t in targets:
-                cmd += ["--target", t]
-            for w in watch:
-                cmd += ["--watch", w]
-            subprocess.run(cmd, cwd=REPO, env=env, check=True)
-            rounds: list[dict[str, Any]] = json.loads(out.read_text())
+            up_port = stack.upstream(m)
+            stack.gateway("gateway", up_port)
+            if mode == "workers":
+                stack.gateway("workers2", up_port, num_workers=2)
+            if args.baseline:
+                stack.gateway("baseline", up_port, src=Path(args.baseline).resolve())
+            if nginx and mode != "workers":
+                stack.nginx(nginx, up_port)
+            rounds = drive(stack, m, args)
         finally:
-            for proc in reversed(procs):
-                stop_process(proc)
+            stack.stop()
     return {"mode": mode, "timing": m, "rounds": rounds}
+
+
+def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[dict[str, Any]]:
+    out = stack.tmp / "rounds.json"
+    spread_s = m["ttft_s"] + m["num_tokens"] * m["interval_s"]
+    cmd = [sys.executable, "-m", "bench._loadgen", "--rounds", str(args.rounds), "--concurrency",
+           str(args.concurrency), "--warmup-s", str(m["warmup_s"]), "--round-s", str(m["round_s"]), "--spread-s",
+           str(spread_s), "--max-tokens", str(int(m["num_tokens"])), "--key", KEY, "--out", str(out)]  # fmt: skip
+    for t in stack.targets:
+        cmd += ["--target", t]
+    for w in stack.watch:
+        cmd += ["--watch", w]
+    subprocess.run(cmd, cwd=REPO, env=stack.env, check=True)
+    rounds: list[dict[str, Any]] = json.loads(out.read_text())
+    return rounds
 
 
 def find_nginx(args: argparse.Namespace) -> str | None:
@@ -145,7 +181,18 @@ def find_nginx(args: argparse.Namespace) -> str | None:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["fixed", "saturate", "both"], default="both")
+    p.add_argument(
+        "--mode",
+        choices=["fixed", "saturate", "both", "workers"],
+        default="both",
+        help="workers: one gateway process vs `--workers 2`, both saturated, side by side",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also drive a gateway run from this source tree (e.g. a "
+        "`git worktree` of an older commit), as target 'baseline': before and after, side by side",
+    )
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--rounds", type=int, default=5, help="rounds per mode; each drives every target once")
     p.add_argument("--round-s", type=float, help="measured seconds per round (default: the mode's)")

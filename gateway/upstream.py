@@ -119,8 +119,12 @@ class _Conn(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            resp.flush_piped()
             resp.fail("broken", f"bad HTTP response from the backend ({exc})")
             self.abort()
+            return
+        if resp._piped:
+            resp.flush_piped()
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost follows
@@ -165,9 +169,8 @@ class _Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         resp = self.resp
         assert resp is not None
-        sink = resp._sink
-        if sink is not None:  # piped: straight on, the hot path of a stream
-            sink(body)
+        if resp._sink is not None:  # piped: what this read brought goes on in one piece at its end
+            resp._piped.append(body)
         else:
             resp.feed(body)
 
@@ -207,6 +210,7 @@ class _Response:
         "_chunks",
         "_end",
         "_error",
+        "_piped",
         "_sink",
         "_waiter",
         "conn",
@@ -233,6 +237,7 @@ class _Response:
         self._waiter: asyncio.Future[None] | None = None
         self._error: UpstreamError | None = None
         self._sink: Callable[[bytes], None] | None = None
+        self._piped: list[bytes] = []  # body chunks of the current read, for the sink
         self._end: asyncio.Future[None] | None = None
 
     # from the connection
@@ -310,11 +315,9 @@ class _Response:
 
     def pipe(self, sink: Callable[[bytes], None]) -> asyncio.Future[None]:
         end = self._end = self.conn.pool.loop.create_future()
-        if self._chunks:
-            data = b"".join(self._chunks)
-            self._chunks.clear()
-            self._buffered = 0
-            sink(data)
+        buffered = b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
         if self._error is not None:
             end.set_exception(self._error)
             end.exception()
@@ -322,8 +325,20 @@ class _Response:
             end.set_result(None)
         else:
             self._sink = sink
-            self.conn.resume()
+            self.conn.resume()  # paused above the high-water mark, perhaps; the sink may pause it again
+        if buffered:
+            sink(buffered)
         return end
+
+    def flush_piped(self) -> None:
+        """Hand the chunks of one read to the sink as one piece: no delay, one write for all of them."""
+        piped = self._piped
+        if not piped:
+            return
+        data = piped[0] if len(piped) == 1 else b"".join(piped)
+        piped.clear()
+        if self._sink is not None:
+            self._sink(data)
 
     def pause_reading(self) -> None:
         self.conn.pause()

@@ -9,6 +9,8 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from gateway.asgi import Message
 from gateway.idle import IdleWatch
 from gateway.pipe import Pipe
@@ -38,18 +40,26 @@ def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
     return Pipe(resp, filt, out, IdleWatch(30, resp.close)), filt, out
 
 
-async def test_a_send_that_waits_holds_the_backend_and_loses_nothing() -> None:
+@pytest.mark.parametrize(
+    ("buffered_s", "waits_at"),
+    [
+        # the 5th send waits while the backend goes on sending, unread; then the first of the burst read after it
+        (0.0, (5, 6)),
+        # the bytes that came before the pipe started go first, and that very send waits
+        (0.1, (1,)),
+    ],
+)
+async def test_a_send_that_waits_holds_the_backend_and_loses_nothing(buffered_s, waits_at) -> None:
     with UpstreamServer(Behavior(num_output_tokens=NUM_TOKENS, interval_s=0.001), model="m") as up:
         client, resp, first = await open_stream(up.url)
+        await asyncio.sleep(buffered_s)
         pipe, filt, out = make_pipe(resp)
         sent = [filt.feed(first)]
         held: list[bool] = []
         loop = asyncio.get_running_loop()
 
         async def send(message: Message) -> None:
-            # The client's socket is full twice: on the 5th chunk (while the backend goes on sending,
-            # unread), then on the first of the burst read after that, whose other chunks queue.
-            if len(sent) in (5, 6):
+            if len(sent) in waits_at:  # the client's socket is full: this send waits 0.2 s
                 gate = asyncio.Event()
                 loop.call_later(0.2, gate.set)
                 await gate.wait()
@@ -60,8 +70,9 @@ async def test_a_send_that_waits_holds_the_backend_and_loses_nothing() -> None:
         sent.append(filt.rest())
         resp.release()
         await client.close()
-    assert pipe.error is None and held == [True, True]  # reading from the backend paused while the send waited
+    assert pipe.error is None and held == [True] * len(waits_at)  # reading from the backend paused meanwhile
     assert tokens(b"".join(sent)) == "".join(f" t{k}" for k in range(NUM_TOKENS))  # every token, once, in order
+    assert len(sent) < NUM_TOKENS // 2  # the chunks of one read (the bursts after a wait) went out in one send
     assert out.last_s is not None
 
 
