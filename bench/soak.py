@@ -46,7 +46,7 @@ class SoakOptions:
     duration_s: float = 1800.0
     report_s: float = 60.0
     warmup_s: float = 600.0
-    interval_s: float = 0.05  # the upstreams' gap between tokens (TTFT the same)
+    interval_s: float = 0.1  # the upstreams' gap between tokens (TTFT the same)
     seed: int = 1
 
 
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration-s", type=float, default=1800.0)
     p.add_argument("--report-s", type=float, default=60.0)
     p.add_argument("--warmup-s", type=float, default=600.0, help="growth is measured from the first report after")
-    p.add_argument("--interval-s", type=float, default=0.05, help="the upstreams' TTFT and gap between tokens")
+    p.add_argument("--interval-s", type=float, default=0.1, help="the upstreams' TTFT and gap between tokens")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
     opts = SoakOptions(a.concurrency, a.duration_s, a.report_s, a.warmup_s, a.interval_s, a.seed)

@@ -39,13 +39,13 @@ class Flight:
         if self.watch is not None:
             self.watch.shorten(grace_s)
         elif self.timeout is not None:
-            self.timeout.reschedule(asyncio.get_running_loop().time())
+            _expire_now(self.timeout)
 
     def waiting(self, timeout: asyncio.Timeout) -> None:
         """The attempt waits for its first byte within `timeout`."""
         self.timeout = timeout
         if self.stop is not None:
-            timeout.reschedule(asyncio.get_running_loop().time())
+            _expire_now(timeout)
 
     def streaming(self, watch: IdleWatch) -> None:
         """The first byte came: from now on the stream's idle watch is what ends it."""
@@ -64,6 +64,11 @@ class Flight:
                 "([gateway].eject_grace_s); stream ended."
             )
         return 504, f"The backend sent nothing for {idle_s} s ([gateway].idle_timeout_s); stream ended."
+
+
+def _expire_now(timeout: asyncio.Timeout) -> None:
+    if not timeout.expired():  # one that already fired is on its way out
+        timeout.reschedule(asyncio.get_running_loop().time())
 
 
 class Flights:

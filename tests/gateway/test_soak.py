@@ -9,7 +9,7 @@ CONCURRENCY = 128
 
 
 def test_soak_two_minutes() -> None:
-    result = run_soak(SoakOptions(concurrency=CONCURRENCY, duration_s=120, report_s=10, warmup_s=40))
+    result = run_soak(SoakOptions(CONCURRENCY, duration_s=120, report_s=10, warmup_s=40, interval_s=0.05))
     total = sum(r.tally.num_requests for r in result.reports)
     assert total > 20 * 120, f"only {total} requests in 2 minutes: the soak did not load the gateway"
     assert sum(r.tally.num_good_failed for r in result.reports) == 0, result.failures
