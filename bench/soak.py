@@ -191,10 +191,12 @@ def run_soak(opts: SoakOptions) -> SoakResult:
         folder = Path(tmp)
         up_ports, port = [free_port(), free_port()], free_port()
         timing = ["--ttft-s", str(opts.interval_s), "--interval-s", str(opts.interval_s)]
-        procs = [
+        procs = [  # their logs (aiohttp's tracebacks of requests the gateway hung up on) are not shown
             subprocess.Popen(
                 [sys.executable, "-m", "tests.fixtures.upstream", "--port", str(p), "--model", "soak", *timing],
                 cwd=repo,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             for p in up_ports
         ]
