@@ -143,6 +143,8 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str) -> SoakResult:
         report = Report(next_s - t0_s, done, rss, fds, tasks)
         result.reports.append(report)
         print(report.line(), flush=True)
+        for example in done.examples[:2]:
+            print(f"        e.g. {example}", flush=True)
         next_s += opts.report_s
     await clients  # each client ends its last request (bounded by its timeout)
     result.reports[-1].tally.merge(tally)

@@ -22,18 +22,28 @@ Why = Literal["ejected", "draining"]
 
 
 class Flight:
-    __slots__ = ("backend", "grace_s", "stop", "timeout", "watch")
+    __slots__ = ("backend", "grace_s", "peers", "retries_left", "stop", "timeout", "tried", "watch")
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, peers: list[Backend], tried: list[Backend], retries_left: int) -> None:
         self.backend = backend
+        self.peers = peers  # the backends of its model
+        self.tried = tried  # the backends this request tried (this one included)
+        self.retries_left = retries_left
         self.timeout: asyncio.Timeout | None = None  # set while waiting for the first byte
         self.watch: IdleWatch | None = None  # set while streaming
         self.stop: Why | None = None  # why the gateway ends this attempt
         self.grace_s = 0.0
 
+    def movable(self) -> bool:
+        """Whether another healthy backend may take this request (one it has not tried, a retry left)."""
+        return self.retries_left > 0 and any(b.healthy and b not in self.tried for b in self.peers)
+
     def end(self, why: Why, grace_s: float) -> None:
-        """Stop waiting now; stop streaming after grace_s without a byte. A drain overrides an ejection."""
+        """Stop waiting now; stop streaming after grace_s without a byte. A drain overrides an ejection.
+        A request waiting at an ejected backend with nowhere else to go keeps waiting there."""
         if self.stop == "draining" or (self.stop == why and grace_s >= self.grace_s):
+            return
+        if why == "ejected" and self.watch is None and not self.movable():
             return
         self.stop, self.grace_s = why, grace_s
         if self.watch is not None:
@@ -79,8 +89,8 @@ class Flights:
         self.drained = False  # the drain's deadline passed: a new attempt ends at once
         self._by_backend: dict[Backend, set[Flight]] = {}
 
-    def open(self, backend: Backend) -> Flight:
-        flight = Flight(backend)
+    def open(self, backend: Backend, peers: list[Backend], tried: list[Backend], retries_left: int) -> Flight:
+        flight = Flight(backend, peers, tried, retries_left)
         self._by_backend.setdefault(backend, set()).add(flight)
         if self.drained:
             flight.stop = "draining"
@@ -93,8 +103,8 @@ class Flights:
         return sum(len(fs) for fs in self._by_backend.values())
 
     def take_out(self, backend: Backend, reason: str) -> None:
-        """The backend leaves the pool: its first-byte waiters are retried elsewhere now, its
-        streams end after eject_grace_s without a byte."""
+        """The backend leaves the pool: its first-byte waiters are retried elsewhere now (those
+        that can go elsewhere), its streams end after eject_grace_s without a byte."""
         if backend.healthy:
             log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
         backend.healthy = False

@@ -114,7 +114,7 @@ class Relay:
                 tried.append(backend)
                 out.backend = backend.name
                 backend.num_inflight += 1
-                flight = self.flights.open(backend)
+                flight = self.flights.open(backend, pool.backends, tried, self.settings.max_retries + 1 - len(tried))
                 try:
                     try:
                         resp, first = await self._open(out, backend, flight)

@@ -161,3 +161,20 @@ async def test_least_load_sends_less_to_a_backend_5x_slower(tmp_path) -> None:
     share = len(b.requests) / (len(a.requests) + len(b.requests))
     # Equal requests in flight at each: the slow one serves about 1/6 of them (round-robin: 1/2).
     assert share < 0.3, f"the 5x slower backend got {share:.0%} of {len(a.requests) + len(b.requests)} requests"
+
+
+async def test_waiters_with_nowhere_else_to_go_stay(tmp_path) -> None:
+    """A backend that fails its health check while the only one (an overloaded host answers
+    /health late): requests waiting there keep waiting rather than fail; new ones get 503."""
+    with UpstreamServer(Behavior(ttft_s=1.0), model="m") as only:
+        with GatewayServer(make_config(tmp_path, [("a", only.url, "m")], FAST)) as gs:
+            a = gs.gw.router.backends[0]
+            async with session() as s:
+                tasks = [asyncio.create_task(one(s, gs.url, stream_body(4))) for _ in range(4)]
+                assert await wait_until(lambda: a.num_inflight == 4, 5)
+                only.behavior.healthy = False
+                assert await wait_until(lambda: not a.healthy, 3)
+                refused = await one(s, gs.url, stream_body(4))
+                seen = await asyncio.gather(*tasks)
+    assert all(r.finished for r in seen)
+    assert refused.status == 503 and "No healthy backend" in (refused.error or {}).get("message", "")
