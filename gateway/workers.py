@@ -5,7 +5,8 @@ kernel spreads new connections evenly over the workers. The supervisor checks th
 free, starts the workers with PROMETHEUS_MULTIPROC_DIR set to a fresh temporary folder (GET /metrics
 in any worker then shows the sum over all of them) and, without [gateway].redis_url, a file of
 shared rate-limit buckets (gateway/file_limits.py); it restarts a worker that dies, and on SIGINT
-or SIGTERM sends SIGTERM to every worker, waits for them, and removes the folder.
+or SIGTERM sends SIGTERM to every worker (each drains: gateway/drain.py), waits for them, and
+removes the folder; a second signal is forwarded too (the workers then exit at once).
 """
 
 from __future__ import annotations
@@ -89,16 +90,21 @@ class Supervisor:
         self.num_failed_starts = 0
 
     def _spawn(self, index: int) -> Worker:
-        proc = subprocess.Popen(self.worker_argv, env=self.env, preexec_fn=new_group_preexec())
+        # Its own session: a Ctrl-C in the terminal reaches only this supervisor, which forwards one
+        # SIGTERM (a worker takes a second signal as "exit now"); the kernel sends SIGTERM if we die.
+        proc = subprocess.Popen(self.worker_argv, env=self.env, start_new_session=True, preexec_fn=new_group_preexec())
         log.info("worker %d started (pid %d)", index, proc.pid)
         return Worker(index, proc)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.stopping:  # a second Ctrl-C: do not wait for the workers to drain
-            for w in self.workers:
-                if w.proc.poll() is None:
-                    w.proc.kill()
+        if self.stopping:  # a second Ctrl-C: the workers' second signal, "do not wait for the drain"
+            self._signal_all(signal.SIGTERM)
         self.stopping = True
+
+    def _signal_all(self, sig: int) -> None:
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.proc.send_signal(sig)
 
     def _replace(self, worker: Worker) -> Worker | None:
         from prometheus_client import multiprocess
@@ -136,9 +142,7 @@ class Supervisor:
         return 0
 
     def _stop_all(self) -> None:
-        for w in self.workers:
-            if w.proc.poll() is None:
-                w.proc.send_signal(signal.SIGTERM)
+        self._signal_all(signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace_s
         for w in self.workers:
             try:

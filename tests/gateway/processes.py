@@ -47,7 +47,8 @@ class GatewayProcess:
     def start(self) -> GatewayProcess:
         args = ["gateway", "--config", str(self.config), "--port", str(self.port), "--workers", str(self.workers)]
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(zerogap_cmd(*args), env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(zerogap_cmd(*args), env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)  # fmt: skip
         wait_for_port(self.port, 30, self.proc)
         return self
 
@@ -64,6 +65,12 @@ class GatewayProcess:
         self.proc.wait(10)
         _, alive = psutil.wait_procs(procs, timeout=10)  # until none of them holds the port
         assert not alive, alive
+
+    def interrupt(self, timeout_s: float = 30) -> int:
+        """Ctrl-C as a terminal sends it: SIGINT to the whole process group; the exit code."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGINT)
+        return int(self.proc.wait(timeout_s))
 
     def stop(self) -> int:
         assert self.proc is not None

@@ -4,6 +4,7 @@ restarted, SIGTERM stops them all."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -14,6 +15,11 @@ from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
 
 NUM_REQUESTS = 24
+
+
+def stream(base: str) -> tuple[int, str]:
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    return call(base + "/v1/chat/completions", UNIFIED, body)
 
 
 def wait_until(pred, timeout_s: float) -> bool:
@@ -56,7 +62,7 @@ def test_two_workers_share_a_port_sum_metrics_restart_and_stop(tmp_path: Path) -
 def test_workers_share_one_rate_limit_budget_without_redis(tmp_path: Path) -> None:
     port = free_port()
     with UpstreamServer(model="m") as up:
-        config = write_config(tmp_path / "config.toml", port, up.url, {})
+        config = write_config(tmp_path / "config.toml", port, up.url, {"usage_flush_interval_s": 60})
         store = KeyStore(tmp_path / "keys.db")
         key = store.create("limited", rpm=10)
         store.close()
@@ -64,5 +70,16 @@ def test_workers_share_one_rate_limit_budget_without_redis(tmp_path: Path) -> No
             start = time.monotonic()
             statuses = [chat(gw.url, key)[0] for _ in range(20)]  # fresh connections: both workers
             elapsed_s = time.monotonic() - start
+            up.behavior.interval_s = 0.1  # a stream of 1.6 s in flight at Ctrl-C
+            with ThreadPoolExecutor(1) as pool:
+                streaming = pool.submit(stream, gw.url)
+                time.sleep(0.4)
+                code = gw.interrupt()  # Ctrl-C: each worker drains once and flushes its usage on the way out
+                status, body = streaming.result(10)
+    assert status == 200 and body.endswith("data: [DONE]\n\n") and '"error"' not in body, body[-300:]
     assert set(statuses) == {200, 429}
     assert 10 <= statuses.count(200) <= 10 + elapsed_s * 10 / 60 + 1, (statuses, elapsed_s)
+    assert code == 0, gw.logs()
+    store = KeyStore(tmp_path / "keys.db")
+    usage = {u.key_name: u.num_requests for u in store.usage()}
+    assert usage == {"limited": statuses.count(200), "unified": 1}, gw.logs()
