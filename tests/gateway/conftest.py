@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,14 +21,15 @@ def postgres() -> Iterator[PostgresServer]:
         server.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def database_url(postgres: PostgresServer) -> str:
-    """A fresh database on the module's PostgreSQL server."""
+    """A fresh database on the module's PostgreSQL server, for the module's tests."""
     return postgres.new_database()
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp_path = tmp_path_factory.mktemp("redis")
     port = free_port()
     proc = subprocess.Popen(
         [require_tool("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",

@@ -29,8 +29,10 @@ def gateway(tmp_path: Path, upstream: str, database_url: str, redis_url: str, wo
     return GatewayProcess(config, port, workers)
 
 
-@pytest.fixture
-def pair(tmp_path, database_url, redis_server) -> Iterator[Pair]:
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, database_url, redis_server) -> Iterator[Pair]:
+    """One pair for the module's tests (each uses its own key names)."""
+    tmp_path = tmp_path_factory.mktemp("pair")
     with UpstreamServer(model="m") as up:
         a = gateway(tmp_path, up.url, database_url, redis_server, 1)
         b = gateway(tmp_path, up.url, database_url, redis_server, 2)
