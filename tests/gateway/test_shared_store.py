@@ -101,6 +101,18 @@ def test_rpm_burst_spread_over_both_is_admitted_within_5_percent(pair: Pair) -> 
     assert 57 <= admitted <= 63, (admitted, elapsed_s)
 
 
+def test_tpm_is_shared_and_settles_on_real_usage(pair: Pair) -> None:
+    a, b = pair
+    key = create(a, "tokens", tpm=10 * (3 + NUM_TOKENS))  # ten requests' real usage
+    body = {"model": "m", "max_tokens": 500, "messages": [{"role": "user", "content": "a b c"}]}
+    statuses = []
+    for i in range(16):  # each reserves ~520 tokens, then settles on the 19 it used
+        statuses.append(call((a, b)[i % 2].url + "/v1/chat/completions", key, body)[0])
+        time.sleep(0.05)  # the settlement reaches Redis
+    assert set(statuses) == {200, 429}
+    assert 10 <= statuses.count(200) <= 11, statuses  # 11: the bucket refills 3 tokens a second
+
+
 def test_sigkill_and_restart_keeps_keys_and_all_but_the_last_second_of_usage(tmp_path, database_url,
                                                                                redis_server) -> None:  # fmt: skip
     with UpstreamServer(model="m") as up:
