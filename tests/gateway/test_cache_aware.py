@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gateway.outlier import OutlierDetector
 from gateway.pool import Backend, ModelPool, Router
 from gateway.routing.affinity import AFFINITY, BALANCE, NO_MATCH, BlockLru, PrefixAffinity
 from gateway.routing.metrics import RouteMetrics
@@ -177,3 +178,19 @@ def test_the_metrics_count_decisions_and_report_table_memory() -> None:
 def test_bad_settings_name_the_field() -> None:
     with pytest.raises(ConfigError, match=r"\[gateway\]\.cache_aware\.balance_rel: .* greater than or equal to 1"):
         parse_config("[gateway.cache_aware]\nbalance_rel = 0.5\n", "c.toml", {})
+
+
+def test_an_ejected_backend_never_matches() -> None:
+    config = parse_config('[gateway]\nrouting = "cache_aware"\noutlier_consecutive_errors = 2\n', "c.toml", {})
+    entries = [BackendEntry(name=n, url=f"http://{n}", model="m") for n in ("a", "b")]
+    router = Router(entries, "cache_aware", config.gateway.cache_aware)
+    pool = router.pools["m"]
+    hashes = chain_hashes("e" * 40, 8, 64)
+    home = pool.route([], hashes)
+    assert home is not None
+    ejector = OutlierDetector(router, config.gateway, lambda b, why: setattr(b, "healthy", False))
+    ejector.failure(home.backend, "503")
+    ejector.failure(home.backend, "503")
+    assert not home.backend.healthy  # ejected by the outlier rule
+    route = pool.route([], hashes)
+    assert route is not None and route.backend is not home.backend and route.reason == NO_MATCH
