@@ -20,6 +20,7 @@ def pct(values: list[float], q: float) -> float:
 
 def spread(values: list[float], unit: str = "", digits: int = 2) -> str:
     """'median [min..max]unit' of values."""
+    values = [v for v in values if v == v]  # a round without a sample (nan) has no say
     if not values:
         return "n/a"
     med, lo, hi = statistics.median(values), min(values), max(values)
