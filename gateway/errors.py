@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 
 class ApiError(Exception):
@@ -41,3 +41,16 @@ def sse_error(message: str, type_: str = "upstream_error", code: str | int | Non
     """The SSE event that ends a stream which failed after its first byte; then [DONE]."""
     event = json.dumps(error_body(message, type_, None, code)).encode()
     return b"data: " + event + b"\n\ndata: [DONE]\n\n"
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def bare(exc: E) -> E:
+    """The exception without its traceback and context, for keeping past its except block: the
+    traceback holds the frames that hold its keeper, a reference cycle that only the collector's
+    rare full passes would free (thresholds in gateway/cli.py)."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+    exc.__cause__ = None
+    return exc

@@ -17,12 +17,13 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from gateway.asgi import Message, Send
+from gateway.errors import bare
 from gateway.idle import IdleWatch
 from gateway.sse import SseFilter
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
-    from gateway.relay import Outcome
+    from gateway.exchange import Exchange
 
 
 class _Rest:
@@ -54,12 +55,12 @@ class _Rest:
 class Pipe:
     """Relays the body of one streamed answer; the relay yields it, proxy._drive runs it with `send`."""
 
-    __slots__ = ("_backlog", "_flusher", "_message", "_send", "error", "filt", "out", "resp", "watch")
+    __slots__ = ("_backlog", "_flusher", "_message", "_send", "error", "exchange", "filt", "resp", "watch")
 
-    def __init__(self, resp: UpstreamResponse, filt: SseFilter, out: Outcome, watch: IdleWatch) -> None:
+    def __init__(self, resp: UpstreamResponse, filt: SseFilter, exchange: Exchange, watch: IdleWatch) -> None:
         self.resp = resp
         self.filt = filt
-        self.out = out
+        self.exchange = exchange
         self.watch = watch
         self.error: BaseException | None = None  # what broke the stream (UpstreamError, or from send)
         self._send: Send | None = None
@@ -73,7 +74,7 @@ class Pipe:
         try:
             await self.resp.pipe(self._on_data)
         except UpstreamError as exc:
-            self.error = self.error or exc
+            self.error = self.error or bare(exc)
         except BaseException:
             if self._flusher is not None:
                 self._flusher.cancel()
@@ -82,7 +83,7 @@ class Pipe:
             await self._flusher
 
     def _on_data(self, data: bytes) -> None:
-        self.out.last_s = self.watch.last_s = time.monotonic()
+        self.exchange.last_s = self.watch.last_s = time.monotonic()
         data = self.filt.feed(data)
         if not data:
             return
@@ -123,5 +124,5 @@ class Pipe:
 
     def _broken(self, exc: BaseException | None) -> None:
         """Sending to the client failed: stop the stream (run() returns, `error` says why)."""
-        self.error = exc
+        self.error = bare(exc) if exc is not None else None
         self.resp.close()

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from gateway.asgi import ClientGone, Receive, Scope, Send, header, read_body, send_error
 from gateway.errors import ApiError
+from gateway.exchange import SSE_HEADERS, Exchange, Reply
 from gateway.limits import estimate_tokens
 from gateway.pipe import Pipe
-from gateway.relay import SSE_HEADERS, Outcome, Start
 from gateway.request import parse_call
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Completions:
         gw: Gateway = scope["app"].state.gateway
         labels = {"model": "none", "key": "none"}  # what is known when a request is refused
         try:
-            out, pool = await self._admit(gw, scope, receive, labels)
+            exchange, pool = await self._admit(gw, scope, receive, labels)
         except ApiError as exc:
             gw.metrics.requests.labels(labels["model"], "none", labels["key"], str(exc.status)).inc()
             log.debug("refused %s model=%s key=%s: %s %s", self.path, labels["model"], labels["key"], exc.status, exc)
@@ -56,12 +56,12 @@ class Completions:
             return
         except ClientGone:
             return
-        out.t0_s = arrived_s
-        await serve(gw, out, pool, receive, send)
+        exchange.t0_s = arrived_s
+        await serve(gw, exchange, pool, receive, send)
 
     async def _admit(
         self, gw: Gateway, scope: Scope, receive: Receive, labels: dict[str, str]
-    ) -> tuple[Outcome, ModelPool]:
+    ) -> tuple[Exchange, ModelPool]:
         if scope["method"] != "POST":
             raise method_not_allowed("POST")
         who = await gw.auth.authenticate(header(scope, b"authorization"))
@@ -94,7 +94,7 @@ class Completions:
             limit = "rpm" if exc.code == "rate_limit_requests" else "tpm"
             gw.metrics.ratelimited.labels(call.model, who.name, limit).inc()
             raise
-        return Outcome(who, call, estimate), pool
+        return Exchange(who, call, estimate), pool
 
 
 KEEPALIVE = b": keep-alive\n\n"
@@ -105,20 +105,20 @@ class ClientSide:
     away (and stops the relay, which closes the upstream request), and while a streamed request
     waits for its answer it sends an SSE comment every keepalive_interval_s."""
 
-    __slots__ = ("finished", "gone", "interval_s", "out", "send")
+    __slots__ = ("exchange", "finished", "gone", "interval_s", "send")
 
-    def __init__(self, out: Outcome, send: Send, interval_s: float) -> None:
-        self.out = out
+    def __init__(self, exchange: Exchange, send: Send, interval_s: float) -> None:
+        self.exchange = exchange
         self.send = send
         self.interval_s = interval_s
         self.finished = False  # the relay has sent its last message: nothing to stop any more
         self.gone = False  # the client went away and the relay was stopped for it
 
     async def watch(self, receive: Receive, relay_task: asyncio.Task[None]) -> None:
-        out = self.out
-        keepalive_s = out.t0_s + self.interval_s
+        exchange = self.exchange
+        keepalive_s = exchange.t0_s + self.interval_s
         while True:
-            if out.call.stream and not out.replied:
+            if exchange.call.stream and not exchange.replied:
                 delay_s = keepalive_s - time.monotonic()
                 if delay_s <= 0:
                     keepalive_s = time.monotonic() + self.interval_s
@@ -138,22 +138,21 @@ class ClientSide:
                 return
 
     async def _keepalive(self) -> None:
-        out = self.out
-        if not out.started:
-            out.started = True
+        exchange = self.exchange
+        if exchange.start_stream():
             await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         await self.send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
 
 
-async def serve(gw: Gateway, out: Outcome, pool: ModelPool, receive: Receive, send: Send) -> None:
+async def serve(gw: Gateway, exchange: Exchange, pool: ModelPool, receive: Receive, send: Send) -> None:
     """Relay to the client in this task; if the client goes away first, the relay is cancelled
     (which closes the upstream request)."""
     task = asyncio.current_task()
     assert task is not None
-    client = ClientSide(out, send, gw.config.gateway.keepalive_interval_s)
+    client = ClientSide(exchange, send, gw.config.gateway.keepalive_interval_s)
     watch = asyncio.ensure_future(client.watch(receive, task))
     try:
-        await _drive(gw.relay.run(out, pool), send, client)
+        await _drive(gw.relay.run(exchange, pool), send, client)
     except asyncio.CancelledError:
         if not client.gone or task.uncancel() > 0:
             raise
@@ -162,7 +161,7 @@ async def serve(gw: Gateway, out: Outcome, pool: ModelPool, receive: Receive, se
         watch.cancel()
 
 
-async def _drive(items: AsyncGenerator[Start | bytes | Pipe, None], send: Send, client: ClientSide) -> None:
+async def _drive(items: AsyncGenerator[Reply | bytes | Pipe, None], send: Send, client: ClientSide) -> None:
     done = False
     try:
         async for item in items:

@@ -1,7 +1,7 @@
 """The proxy path: choose a backend, retry before the first byte, relay bytes as they
 arrive, and account for the request when it ends.
 
-`Relay.run` is one async generator: it yields a `Start` (status and headers, and the
+`Relay.run` is one async generator: it yields a `Reply` (status and headers, and the
 whole body for a non-streamed answer) and then the bytes of the stream; the metrics,
 usage and rate-limit settlement of the request happen in its `finally`.
 """
@@ -13,10 +13,9 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
 
-from gateway.auth import Principal
-from gateway.errors import error_body, sse_error
+from gateway.errors import bare, error_body, sse_error
+from gateway.exchange import SSE_HEADERS, Exchange, Reply, json_reply
 from gateway.flights import Flight, Flights
 from gateway.idle import IdleWatch
 from gateway.limits import Limiter
@@ -33,20 +32,8 @@ from zerogap.config.gateway import GatewaySection
 
 log = logging.getLogger("zerogap.gateway.relay")
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 OUTLIER_LABELS = frozenset({"connect", "broken", "500", "502", "503", "504"})  # failures that count toward ejection
-
-
-@dataclass
-class Start:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes | None = None  # the whole answer, when it is not a stream
 
 
 class Retry(Exception):
@@ -58,27 +45,6 @@ class Retry(Exception):
         self.label = label
         self.message = message
         self.final = final  # no other backend is to be tried (the gateway is shutting down)
-
-
-@dataclass
-class Outcome:
-    """What one request did; filled in as it goes, read in `finally`."""
-
-    who: Principal
-    call: Call
-    estimate: int
-    t0_s: float = field(default_factory=time.monotonic)
-    status: int = 502
-    backend: str = "none"
-    started: bool = False  # status and headers went to the client
-    first_s: float | None = None
-    last_s: float | None = None
-    usage: dict[str, int] | None = None
-    replied: bool = False  # the relay has its answer (no more keep-alives while waiting for it)
-
-
-def _json_start(status: int, body: bytes) -> Start:
-    return Start(status, [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())], body)
 
 
 class Relay:
@@ -100,46 +66,46 @@ class Relay:
         self.flights = flights
         self.outlier = outlier
 
-    async def run(self, out: Outcome, pool: ModelPool) -> AsyncGenerator[Start | bytes | Pipe, None]:
+    async def run(self, exchange: Exchange, pool: ModelPool) -> AsyncGenerator[Reply | bytes | Pipe, None]:
         tried: list[Backend] = []
-        failure = Retry(503, "no_backend", f"No healthy backend serves model {out.call.model!r} right now.")
-        hashes = self._prompt_blocks(out.call) if pool.affinity is not None else []
+        failure = Retry(503, "no_backend", f"No healthy backend serves model {exchange.call.model!r} right now.")
+        hashes = self._prompt_blocks(exchange.call) if pool.affinity is not None else []
         try:
             while len(tried) <= self.settings.max_retries:
-                backend = self._choose(out.call, pool, tried, hashes)
+                backend = self._choose(exchange.call, pool, tried, hashes)
                 if backend is None:
                     break
                 if tried:
-                    self.metrics.retries.labels(out.call.model, backend.name).inc()
+                    self.metrics.retries.labels(exchange.call.model, backend.name).inc()
                 tried.append(backend)
-                out.backend = backend.name
+                exchange.backend = backend.name
                 backend.num_inflight += 1
                 flight = self.flights.open(backend, pool.backends, tried, self.settings.max_retries + 1 - len(tried))
                 try:
                     try:
-                        resp, first = await self._open(out, backend, flight)
-                        answer = self._answer(out, backend, resp, first)
+                        resp, first = await self._open(exchange, backend, flight)
+                        answer = self._answer(exchange, backend, resp, first)
                     except Retry as exc:
-                        failure = exc
-                        self._upstream_error(out, backend, exc)
+                        failure = bare(exc)
+                        self._upstream_error(exchange, backend, exc)
                         if exc.final:
                             break
                         continue
                     if answer is not None:
                         yield answer
                     else:
-                        async for item in self._stream(out, resp, first, flight):
+                        async for item in self._stream(exchange, resp, first, flight):
                             yield item
                     return
                 finally:
                     backend.num_inflight -= 1
                     self.flights.close(flight)
-            yield self._fail(out, failure)
+            yield self._fail(exchange, failure)
         except (asyncio.CancelledError, GeneratorExit):
-            out.status = 499
+            exchange.status = 499
             raise
         finally:
-            self._account(out)
+            self._account(exchange)
 
     def _prompt_blocks(self, call: Call) -> list[int]:
         s = self.settings.cache_aware
@@ -154,26 +120,26 @@ class Relay:
         self.metrics.route.observe(call.model, route)
         return route.backend
 
-    def _upstream_error(self, out: Outcome, backend: Backend, exc: Retry) -> None:
+    def _upstream_error(self, exchange: Exchange, backend: Backend, exc: Retry) -> None:
         if exc.label == "draining":
             return
-        self.metrics.upstream_errors.labels(out.call.model, backend.name, str(exc.label)).inc()
+        self.metrics.upstream_errors.labels(exchange.call.model, backend.name, str(exc.label)).inc()
         log.warning("backend %s failed before the first byte (%s): %s", backend.name, exc.label, exc.message)
         if exc.label in OUTLIER_LABELS:
             self.outlier.failure(backend, exc.label)
-        if exc.label == "connect":  # out until the next health check says otherwise
+        if exc.label == "connect":  # exchange until the next health check says otherwise
             self.flights.take_out(backend, f"connection refused ({exc.message})")
 
-    def _fail(self, out: Outcome, failure: Retry) -> Start | bytes:
-        out.status = failure.status
-        out.replied = True
-        if out.started:
+    def _fail(self, exchange: Exchange, failure: Retry) -> Reply | bytes:
+        exchange.status = failure.status
+        exchange.replied = True
+        if exchange.started:
             return sse_error(failure.message, code=failure.status)
-        return _json_start(
+        return json_reply(
             failure.status, json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
         )
 
-    async def _open(self, out: Outcome, backend: Backend, flight: Flight) -> tuple[UpstreamResponse, bytes]:
+    async def _open(self, exchange: Exchange, backend: Backend, flight: Flight) -> tuple[UpstreamResponse, bytes]:
         """The backend's answer and its first bytes (the whole body when it is not a stream),
         within [gateway].first_byte_timeout_s, or until the backend leaves the pool (flight).
         Keep-alives meanwhile are the client side's business (proxy.serve), so this waits in
@@ -186,10 +152,10 @@ class Relay:
             async with asyncio.timeout(timeout_s) as timeout:
                 flight.waiting(timeout)
                 try:
-                    body = out.call.body_for(backend.upstream_model)
-                    resp = await self.client.post(backend.url + out.call.path, body, headers)
+                    body = exchange.call.body_for(backend.upstream_model)
+                    resp = await self.client.post(backend.url + exchange.call.path, body, headers)
                     try:
-                        if resp.status != 200 or not out.call.stream:
+                        if resp.status != 200 or not exchange.call.stream:
                             return resp, await resp.read_all()
                         return resp, await resp.read_chunk()
                     except BaseException:
@@ -215,10 +181,12 @@ class Relay:
             return Retry(503, "draining", message, final=True)
         return Retry(502, "ejected", f"Backend {backend.name} left the pool before it answered.")
 
-    def _answer(self, out: Outcome, backend: Backend, resp: UpstreamResponse, first: bytes) -> Start | bytes | None:
+    def _answer(
+        self, exchange: Exchange, backend: Backend, resp: UpstreamResponse, first: bytes
+    ) -> Reply | bytes | None:
         """What to send for an answer that is not a stream to relay (None: relay the stream)."""
         status = resp.status
-        if status == 200 and out.call.stream:
+        if status == 200 and exchange.call.stream:
             if not first:
                 resp.close()
                 raise Retry(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
@@ -229,94 +197,102 @@ class Relay:
             raise Retry(502, str(status), f"Backend {backend.name} answered {status}: {first[:300]!r}")
         self.outlier.success(backend)
         resp.release()
-        out.replied = True
+        exchange.replied = True
         if status != 200:
-            return self._refused(out, status, first)
-        return self._whole(out, first)
+            return self._refused(exchange, status, first)
+        return self._whole(exchange, first)
 
-    def _refused(self, out: Outcome, status: int, body: bytes) -> Start | bytes:
+    def _refused(self, exchange: Exchange, status: int, body: bytes) -> Reply | bytes:
         """A 4xx from the backend: passed on as it is (inside the stream if one was started)."""
-        out.status = status
-        if not out.started:
-            return _json_start(status, body)
+        exchange.status = status
+        if not exchange.started:
+            return json_reply(status, body)
         try:
             message = json.loads(body)["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = body[:300].decode(errors="replace")
         return sse_error(str(message), "invalid_request_error", status)
 
-    def _whole(self, out: Outcome, body: bytes) -> Start:
-        out.status = 200
-        out.first_s = out.last_s = time.monotonic()
+    def _whole(self, exchange: Exchange, body: bytes) -> Reply:
+        exchange.status = 200
+        exchange.first_s = exchange.last_s = time.monotonic()
         try:
             usage = json.loads(body).get("usage")
-            out.usage = usage if isinstance(usage, dict) else None
+            exchange.usage = usage if isinstance(usage, dict) else None
         except (ValueError, AttributeError):
-            out.usage = None
-        return _json_start(200, body)
+            exchange.usage = None
+        return json_reply(200, body)
 
     async def _stream(
-        self, out: Outcome, resp: UpstreamResponse, first: bytes, flight: Flight
-    ) -> AsyncIterator[Start | bytes | Pipe]:
-        out.first_s = time.monotonic()
-        out.status = 200
-        out.replied = True
+        self, exchange: Exchange, resp: UpstreamResponse, first: bytes, flight: Flight
+    ) -> AsyncIterator[Reply | bytes | Pipe]:
+        exchange.first_s = time.monotonic()
+        exchange.status = 200
+        exchange.replied = True
         clean = False
-        filt = SseFilter(strip_usage=not out.call.client_wants_usage)
+        filt = SseFilter(strip_usage=not exchange.call.client_wants_usage)
         idle_s = self.settings.idle_timeout_s
         watch = IdleWatch(idle_s, resp.close)
         flight.streaming(watch)
         try:
-            if not out.started:
-                out.started = True
-                yield Start(200, SSE_HEADERS)
+            if exchange.start_stream():
+                yield Reply(200, SSE_HEADERS)
             data = filt.feed(first)
             if data:
                 yield data
-            pipe = Pipe(resp, filt, out, watch)
+            pipe = Pipe(resp, filt, exchange, watch)
             yield pipe  # proxy._drive runs it: the rest of the body goes to the client from here
-            if pipe.error is not None:  # the backend broke the stream (UpstreamError), or sending failed
-                raise pipe.error
-            if watch.fired:
-                raise UpstreamError("idle", "idle timeout")
+            error, pipe.error = pipe.error, None
+            if error is None and watch.fired:
+                error = UpstreamError("idle", "idle timeout")
+            if isinstance(error, UpstreamError):  # the backend broke the stream, or went quiet
+                yield self._stream_broken(exchange, flight, error.detail, watch.fired)
+                return
+            if error is not None:  # sending to the client failed
+                try:
+                    raise error
+                finally:
+                    del error  # the traceback holds this frame: no reference cycle through it
             rest = filt.rest()
             if rest:
                 yield rest
             clean = True
-        except UpstreamError as exc:
-            if watch.fired:
-                out.status, message = flight.ended(idle_s)
-            else:
-                out.status = 502
-                message = f"The backend broke the stream: {exc.detail}"
-                self.outlier.failure(flight.backend, "broken")
-            yield sse_error(message, code=out.status)
         finally:
             watch.cancel()
-            out.usage = filt.usage
+            exchange.usage = filt.usage
             resp.release() if clean else resp.close()
 
-    def _account(self, out: Outcome) -> None:
-        call, m = out.call, self.metrics
-        status = str(out.status)
-        m.requests.labels(call.model, out.backend, out.who.name, status).inc()
+    def _stream_broken(self, exchange: Exchange, flight: Flight, detail: str, idle: bool) -> bytes:
+        if idle:
+            exchange.status, message = flight.ended(self.settings.idle_timeout_s)
+        else:
+            exchange.status = 502
+            message = f"The backend broke the stream: {detail}"
+            self.outlier.failure(flight.backend, "broken")
+        return sse_error(message, code=exchange.status)
+
+    def _account(self, exchange: Exchange) -> None:
+        call, m, who, backend = exchange.call, self.metrics, exchange.who, exchange.backend
+        status = str(exchange.status)
+        m.requests.labels(call.model, backend, who.name, status).inc()
         now = time.monotonic()
-        m.duration.labels(call.model, out.backend, status).observe(now - out.t0_s)
-        prompt, completion = usage_tokens(out.usage)
-        if call.stream and out.first_s is not None:
-            m.ttft.labels(call.model, out.backend).observe(out.first_s - out.t0_s)
-            if completion > 1 and out.last_s is not None:
-                m.tpot.labels(call.model, out.backend).observe((out.last_s - out.first_s) / (completion - 1))
+        m.duration.labels(call.model, backend, status).observe(now - exchange.t0_s)
+        prompt, completion = usage_tokens(exchange.usage)
+        first_s, last_s = exchange.first_s, exchange.last_s
+        if call.stream and first_s is not None:
+            m.ttft.labels(call.model, backend).observe(first_s - exchange.t0_s)
+            if completion > 1 and last_s is not None:
+                m.tpot.labels(call.model, backend).observe((last_s - first_s) / (completion - 1))
         if prompt or completion:
-            m.tokens.labels(call.model, out.who.name, "prompt").inc(prompt)
-            m.tokens.labels(call.model, out.who.name, "completion").inc(completion)
-            self.usage.record(out.who.name, call.model, prompt, completion)
-        if out.who.tpm is not None:
-            self.limiter.settle(out.who, out.estimate, prompt + completion)
+            m.tokens.labels(call.model, who.name, "prompt").inc(prompt)
+            m.tokens.labels(call.model, who.name, "completion").inc(completion)
+            self.usage.record(who.name, call.model, prompt, completion)
+        if who.tpm is not None:
+            self.limiter.settle(who, exchange.estimate, prompt + completion)
         if log.isEnabledFor(logging.DEBUG):
-            ttft_ms = f"{1000 * (out.first_s - out.t0_s):.1f}" if out.first_s is not None else "-"
+            ttft_ms = f"{1000 * (first_s - exchange.t0_s):.1f}" if first_s is not None else "-"
             log.debug(
                 "%s model=%s key=%s backend=%s status=%s ttft_ms=%s duration_ms=%.1f tokens=%d+%d",
-                call.path, call.model, out.who.name, out.backend, status, ttft_ms, 1000 * (now - out.t0_s),
+                call.path, call.model, who.name, backend, status, ttft_ms, 1000 * (now - exchange.t0_s),
                 prompt, completion,
             )  # fmt: skip

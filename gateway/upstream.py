@@ -32,6 +32,11 @@ class UpstreamError(Exception):
         self.reason = reason
         self.detail = detail
 
+    def again(self) -> UpstreamError:
+        """A fresh copy to raise: a stored error raised twice would carry the frames of both
+        raises, and those frames hold its keeper (a reference cycle the collector must find)."""
+        return UpstreamError(self.reason, self.detail)
+
 
 class UpstreamResponse(Protocol):
     status: int
@@ -97,7 +102,7 @@ class _Conn(asyncio.Protocol):
     def __init__(self, pool: _Pool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.resp: _Response | None = None
         self.closed = False
         self.paused = False
@@ -111,13 +116,13 @@ class _Conn(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass, but is one
 
     def data_received(self, data: bytes) -> None:
-        resp = self.resp
-        if resp is None or resp.done:  # bytes on an idle connection: nothing can be trusted on it
+        resp, parser = self.resp, self.parser
+        if resp is None or resp.done or parser is None:  # bytes on an idle connection: nothing can be trusted on it
             self.abort()
             return
         resp.got_bytes = True
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserError as exc:
             resp.flush_piped()
             resp.fail("broken", f"bad HTTP response from the backend ({exc})")
@@ -133,6 +138,8 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         self.pool.forget(self)
         resp = self.resp
+        # The parser and the transport hold this protocol: dropped, nothing here is a reference cycle.
+        self.resp = self.parser = self.transport = None
         if resp is None or resp.done:
             return
         if resp.status and resp.until_close:  # a body without length ends with the connection
@@ -159,9 +166,9 @@ class _Conn(asyncio.Protocol):
             resp.until_close = False
 
     def on_headers_complete(self) -> None:
-        resp = self.resp
-        assert resp is not None
-        resp.status = self.parser.get_status_code()
+        resp, parser = self.resp, self.parser
+        assert resp is not None and parser is not None
+        resp.status = parser.get_status_code()
         if resp.status in (204, 304) or 100 <= resp.status < 200:
             resp.until_close = False
         resp.headers_complete()
@@ -175,9 +182,9 @@ class _Conn(asyncio.Protocol):
             resp.feed(body)
 
     def on_message_complete(self) -> None:
-        resp = self.resp
-        assert resp is not None
-        resp.keep_alive = self.parser.should_keep_alive()
+        resp, parser = self.resp, self.parser
+        assert resp is not None and parser is not None
+        resp.keep_alive = parser.should_keep_alive()
         resp.message_complete()
 
     # the pool's side
@@ -267,12 +274,12 @@ class _Response:
         self._error = UpstreamError(reason, detail)
         waiter, self.headers_waiter = self.headers_waiter, None
         if waiter is not None and not waiter.done():
-            waiter.set_exception(self._error)
+            waiter.set_exception(self._error.again())
             waiter.exception()  # retrieved: no "never retrieved" warning if nobody waits any more
         self._wake()
         end, self._sink = self._end, None
         if end is not None and not end.done():
-            end.set_exception(self._error)
+            end.set_exception(self._error.again())
             end.exception()  # retrieved, as above
 
     def _wake(self) -> None:
@@ -295,7 +302,7 @@ class _Response:
                     self.conn.resume()
                 return data
             if self._error is not None:
-                raise self._error
+                raise self._error.again()
             if self.done:
                 return b""
             waiter = self._waiter = self.conn.pool.loop.create_future()
@@ -319,7 +326,7 @@ class _Response:
         self._chunks.clear()
         self._buffered = 0
         if self._error is not None:
-            end.set_exception(self._error)
+            end.set_exception(self._error.again())
             end.exception()
         elif self.done:
             end.set_result(None)
@@ -348,9 +355,11 @@ class _Response:
 
     def close(self) -> None:
         self._sink = None
-        self.conn.abort()
+        self.conn.abort()  # which ends the pipe's future, if one waits
+        self._end = None
 
     def release(self) -> None:
+        self._sink = self._end = None  # the sink's owner holds this response; the end's error holds frames
         conn = self.conn
         if self.done and self.keep_alive and not self._chunks and not conn.closed and not conn.paused:
             conn.resp = None

@@ -1,0 +1,116 @@
+"""The layout rules, read from the source's imports (TYPE_CHECKING and function-level ones too):
+packages talk through public faces, product and bench/ import nothing from tests/, and no
+module imports itself back through others."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT = ("gateway", "backends", "loadtest", "zerogap")
+OURS = (*PRODUCT, "bench", "tests")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(*packages: str) -> dict[str, Path]:
+    return {module_name(p): p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+KNOWN = modules(*OURS)
+
+
+def imports(name: str, path: Path) -> Iterator[str]:
+    """The modules of ours that `name` imports (a `from a import b` names a.b when b is a module)."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in KNOWN else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target.split(".")[0] in OURS:
+                yield target
+
+
+def graph(*packages: str) -> dict[str, set[str]]:
+    return {name: set(imports(name, path)) for name, path in modules(*packages).items()}
+
+
+def test_no_package_reaches_into_another_packages_private_modules() -> None:
+    bad = []
+    for name, targets in graph(*PRODUCT, "bench").items():
+        for target in targets:
+            top = target.split(".")[0]
+            private = any(part.startswith("_") and part != "__init__" for part in target.split(".")[1:])
+            if private and top != name.split(".")[0]:
+                bad.append(f"{name} imports {target}")
+    assert not bad, "use the package's public face (its __init__) instead:\n" + "\n".join(bad)
+
+
+def test_product_and_bench_import_nothing_from_tests() -> None:
+    bad = [f"{n} imports {t}" for n, ts in graph(*PRODUCT, "bench").items() for t in ts if t.split(".")[0] == "tests"]
+    assert not bad, "\n".join(bad)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in edges:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    edges = graph(*PRODUCT, "bench")
+    for name in edges:  # a package's own __init__ re-exporting its modules is its face, not a cycle
+        edges[name] = {t for t in edges[name] if not (name.startswith(t + ".") and KNOWN[t].name == "__init__.py")}
+    assert not cycles(edges), cycles(edges)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
