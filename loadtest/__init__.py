@@ -12,12 +12,14 @@ from loadtest._console import table
 from loadtest._diagnosis import LIMITS, diagnose, headline
 from loadtest._report import ReportError, read_report, render_run
 from loadtest._report_cli import main as report_main
+from loadtest._schema import RunReport
 from loadtest._settings import Settings, SettingsError, load_settings, parse_settings
 from loadtest._workload import Session, Workload
 
 __all__ = [
     "LIMITS",
     "ReportError",
+    "RunReport",
     "Session",
     "Settings",
     "SettingsError",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loadtest import RunReport
 from tests.conftest import REPO
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
@@ -48,7 +49,9 @@ def run_locust(
 
 
 def read_report(run_dir: Path) -> dict[str, Any]:
+    """The run's report.json, validated against its schema (loadtest.RunReport)."""
     report: dict[str, Any] = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+    RunReport.model_validate(report)
     return report
 
 

@@ -6,7 +6,9 @@ import json
 import subprocess
 from pathlib import Path
 
+import jsonschema
 import pytest
+from pydantic import ValidationError
 
 from loadtest._compare import render_comparison
 from loadtest._console import HEADER, table
@@ -14,6 +16,7 @@ from loadtest._plan import Plan
 from loadtest._record import Recorder, RequestRecord
 from loadtest._report import render_run, write_run
 from loadtest._report_cli import main as report_main
+from loadtest._schema import RunReport, json_schema
 from loadtest._settings import parse_settings
 from loadtest._summary import find_knee, summarize_run
 from loadtest._timeline import Sample
@@ -21,6 +24,18 @@ from tests.conftest import REPO, zerogap_cmd
 
 PNG = b"\x89PNG\r\n\x1a\n"
 START = 1_000_000.0
+
+
+META = {  # what the harness adds to report.json's "run"
+    "base_url": "http://127.0.0.1:8000",
+    "model": "m",
+    "stopped_early": None,
+    "endpoint": "/v1/chat/completions",
+    "mode": "closed_loop",
+    "prompt_tokens_from": "usage",
+    "num_worker_processes": 1,
+    "interrupted_requests": 0,
+}
 
 
 def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
@@ -46,7 +61,7 @@ def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
             samples.append(sample)
             recorder.add_cpu("host:1", START + tick, 20.0)
     summary = summarize_run(settings, plan, START, START + plan.total_s, recorder, samples)
-    return write_run(run_dir, settings, plan, START, START + plan.total_s, summary, {}, recorder, samples)
+    return write_run(run_dir, settings, plan, START, START + plan.total_s, summary, META, recorder, samples)
 
 
 def test_report_json_has_the_contract_fields_and_the_right_figures(tmp_path: Path) -> None:
@@ -154,3 +169,25 @@ def test_report_cli_errors_are_messages(tmp_path: Path, capsys) -> None:
     assert "no such folder" in capsys.readouterr().err
     assert report_main([str(tmp_path)]) == 2
     assert "no report.json" in capsys.readouterr().err
+
+
+def test_the_published_schema_is_current() -> None:
+    published = (REPO / "loadtest" / "report.schema.json").read_text(encoding="utf-8")
+    assert published == json_schema(), (
+        "regenerate it: .venv/bin/python -c 'import loadtest._schema as s; print(s.json_schema(), end=\"\")' "
+        "> loadtest/report.schema.json"
+    )
+
+
+def test_the_schema_refuses_an_unknown_or_mistyped_field(tmp_path: Path) -> None:
+    synthetic_run(tmp_path, busy=0.6, interval_ms=12.0)
+    good = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    RunReport.model_validate(good)
+    published = json.loads((REPO / "loadtest" / "report.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(published).validate(good)  # what a reader in any language uses
+    with pytest.raises(jsonschema.ValidationError, match="surprise"):
+        jsonschema.Draft202012Validator(published).validate({**good, "surprise": 1})
+    with pytest.raises(ValidationError, match=r"steps\.0\.surprise"):
+        RunReport.model_validate({**good, "steps": [{**good["steps"][0], "surprise": 1}]})
+    with pytest.raises(ValidationError, match=r"diagnosis\.0\.limit"):
+        RunReport.model_validate({**good, "diagnosis": [{**good["diagnosis"][0], "limit": "gpu"}]})

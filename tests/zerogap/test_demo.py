@@ -17,6 +17,7 @@ import pytest
 
 from backends.sim.plan import StepSummary, run_plan
 from backends.sim.settings import SimSettings
+from loadtest import RunReport
 from tests.conftest import zerogap_cmd
 
 # Requests of 16 tokens (~0.8 s at 16 baseline streams) start well within the 2 s of lead
@@ -69,6 +70,7 @@ def test_demo_compares_the_two_pools_and_stops_everything(tmp_path: Path) -> Non
     for name in ("baseline", "zerogap"):
         assert f"{name} (" in result.stdout
         report = json.loads((out / name / "report.json").read_text())
+        RunReport.model_validate(report)  # the published schema (loadtest/report.schema.json)
         assert [s["concurrency"] for s in report["steps"]] == [4, 16]
         assert all(s["output_tps"] > 0 for s in report["steps"])
         assert all(s["valid"] for s in report["steps"]), [s["invalid_reason"] for s in report["steps"]]

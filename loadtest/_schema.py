@@ -1,0 +1,154 @@
+"""report.json as typed models: the contract other tools read. The harness validates every report
+against them before it writes it (a key added in one place and not here fails the run's tests,
+not a reader's script). loadtest/report.schema.json is RunReport's JSON Schema, published in
+loadtest/README.md (a test keeps it current). Unknown keys are refused: the schema lists every
+field there is."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Limit = Literal[
+    "none", "batch_cap", "kv_cache", "token_interval", "compute", "prefill", "load_generator", "gateway", "errors"
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Latency(_Model):
+    """Percentiles of one latency over the step's successful requests, in ms (null: no sample)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+
+
+class GpuUtil(_Model):
+    """GPU utilization over the step's window, in percent (in the sim: its busy time)."""
+
+    mean: float
+    min: float
+
+
+class Backend(_Model):
+    """The engines' own signals over the step's window (what /metrics exported), for the diagnosis."""
+
+    running_mean: float | None
+    running_max: float | None
+    waiting_mean: float | None
+    kv_cache_usage_mean: float | None
+    kv_cache_usage_max: float | None
+    preemptions: float | None
+    max_num_seqs: float | None
+
+
+class Step(_Model):
+    """One load step, measured over its window (after the step's warm-up)."""
+
+    index: int
+    concurrency: float | None = Field(None, description="users (closed loop); absent in open loop")
+    request_rate: float | None = Field(None, description="requests/s (open loop); absent in closed loop")
+    users: int
+    start_s: float
+    end_s: float
+    duration_s: float = Field(description="the measured window")
+    complete: bool = Field(description="false: the run stopped before the step's end")
+    requests_ok: int
+    requests_failed: int
+    retries: int
+    errors: dict[str, int] = Field(description="failed requests by kind")
+    output_tps: float | None
+    total_tps: float | None
+    rps: float
+    ttft_ms: Latency | None
+    tpot_ms: Latency | None
+    itl_ms: Latency | None
+    e2e_ms: Latency
+    gpu_util: GpuUtil | None
+    gpu_util_reason: str | None
+    goodput_rps: float = Field(description="requests/s that met both SLOs")
+    valid: bool
+    invalid_reason: str | None
+    token_count_source: Literal["usage", "chunks"]
+    input_tokens_mean: float | None
+    output_tokens_mean: float | None
+    loadgen_cpu_percent: float | None
+    send_lag_ms: Latency | None
+    token_interval_ms: float | None = Field(description="the GPU's idle gap between forwards")
+    cpu_interval_ms: float | None = Field(description="the CPU work per engine step")
+    backend: Backend
+    prefix_cache_hit_rate: float | None
+    not_collected: dict[str, str] = Field(description="figure -> why it is null (settings.json turned it off)")
+    tpot_ms_reason: str | None = None
+    itl_ms_reason: str | None = None
+
+
+class Knee(_Model):
+    step: int
+    load: float
+    tps_growth_to_next: float
+    text: str
+
+
+class Diagnosis(_Model):
+    step: int
+    concurrency: float | None
+    request_rate: float | None = None
+    limit: Limit
+    evidence: str
+    advice: str
+
+
+class Run(_Model):
+    name: str
+    started_utc: str
+    started_unix_s: float
+    ended_utc: str
+    duration_s: float
+    base_url: str
+    model: str | None
+    stopped_early: str | None
+    endpoint: str
+    mode: Literal["closed_loop", "open_loop"]
+    prompt_tokens_from: str | None
+    num_worker_processes: int
+    interrupted_requests: int
+
+
+class Slo(_Model):
+    ttft_ms: float
+    tpot_ms: float
+
+
+class Totals(_Model):
+    """The whole run (warm-up and every process included), for checking that it adds up."""
+
+    requests_ok: int
+    requests_failed: int
+    requests_interrupted: int
+    output_tokens_ok: int
+
+
+class RunReport(_Model):
+    """A run folder's report.json."""
+
+    zerogap_report: Literal[1]
+    run: Run
+    slo: Slo
+    steps: list[Step]
+    knee: Knee | None
+    diagnosis: list[Diagnosis]
+    errors: dict[str, int]
+    totals: Totals
+
+
+def json_schema() -> str:
+    """The text of loadtest/report.schema.json."""
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **RunReport.model_json_schema()}
+    return json.dumps(schema, indent=2) + "\n"
