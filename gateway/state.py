@@ -13,6 +13,7 @@ from gateway.drain import Drain
 from gateway.file_limits import SHARED_LIMITS_ENV, FileLimiter
 from gateway.flights import Flights
 from gateway.health import HealthMonitor
+from gateway.http_client import HttpUpstream
 from gateway.limits import Limiter, RateLimiter
 from gateway.metrics import GatewayMetrics, multiprocess_dir
 from gateway.outlier import OutlierDetector
@@ -21,7 +22,7 @@ from gateway.rate_log import log_rates_forever
 from gateway.relay import Relay
 from gateway.shared_limits import SharedLimiter
 from gateway.stores import open_store
-from gateway.upstream import HttpUpstream, UpstreamClient
+from gateway.upstream import UpstreamClient
 from gateway.usage import UsageRecorder
 from zerogap.config import Config
 

@@ -31,7 +31,7 @@ class Arrival:
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class VirtualRequest:
     arrival_s: float
     num_prompt_tokens: int
     user: int = 0
@@ -53,12 +53,12 @@ class RequestRecord:
 
 @dataclass
 class VirtualRun:
-    requests: list[RequestRecord] = field(default_factory=list)
+    requests: list[VirtualRequest] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
     end_s: float = 0.0
 
 
-OnFinish = Callable[[RequestRecord, float], list[Arrival]]
+OnFinish = Callable[[VirtualRequest, float], list[Arrival]]
 
 
 class VirtualEngine:
@@ -71,7 +71,7 @@ class VirtualEngine:
         run = VirtualRun()
         pending: list[tuple[float, int, Arrival]] = [(a.t_s, next(self._order), a) for a in arrivals]
         heapq.heapify(pending)
-        live: dict[int, RequestRecord] = {}
+        live: dict[int, VirtualRequest] = {}
         timeline = StepTimeline()
         clock = 0.0
         while clock < until_s:
@@ -101,11 +101,11 @@ class VirtualEngine:
         run.end_s = clock
         return run
 
-    def _admit(self, arrival: Arrival, run: VirtualRun, live: dict[int, RequestRecord]) -> None:
+    def _admit(self, arrival: Arrival, run: VirtualRun, live: dict[int, VirtualRequest]) -> None:
         seq: Sequence = self.core.new_sequence(
             arrival.prompt_token_ids, arrival.max_tokens, arrival.t_s, arrival.ignore_eos
         )
-        record = RequestRecord(arrival.t_s, seq.num_prompt_tokens, arrival.user)
+        record = VirtualRequest(arrival.t_s, seq.num_prompt_tokens, arrival.user)
         live[seq.seq_id] = record
         run.requests.append(record)
         self.core.add(seq)
@@ -133,7 +133,7 @@ def closed_loop(
     def arrival(t_s: float, user: int) -> Arrival:
         return Arrival(t_s, random_prompt(rng, prompt_tokens), output_tokens, user=user)
 
-    def on_finish(record: RequestRecord, t_s: float) -> list[Arrival]:
+    def on_finish(record: VirtualRequest, t_s: float) -> list[Arrival]:
         return [arrival(t_s + gap_s, record.user)]
 
     starts = [arrival(ramp_s * i / concurrency, i) for i in range(concurrency)]

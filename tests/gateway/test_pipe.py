@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from gateway.asgi import Message
+from gateway.http_client import HttpUpstream
 from gateway.idle import IdleWatch
 from gateway.pipe import Pipe
 from gateway.sse import SseFilter
-from gateway.upstream import HttpUpstream, UpstreamResponse
+from gateway.upstream import UpstreamResponse
 from tests.fixtures.upstream import Behavior, UpstreamServer
 
 NUM_TOKENS = 300

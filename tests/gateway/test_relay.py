@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from gateway.upstream import HttpUpstream, UpstreamResponse
+from gateway.http_client import HttpUpstream
+from gateway.upstream import UpstreamResponse
 from tests.conftest import free_port, stop_process, wait_for_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import (

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from gateway.upstream import HttpUpstream, UpstreamError
+from gateway.http_client import HttpUpstream
+from gateway.upstream import UpstreamError
 from tests.conftest import free_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import wait_until

@@ -14,7 +14,7 @@ import pytest
 from backends.sim import words
 from backends.sim.settings import SimSettings
 from backends.sim.testing import run_sim_process
-from backends.sim.virtual import Arrival, RequestRecord, VirtualEngine
+from backends.sim.virtual import Arrival, VirtualEngine, VirtualRequest
 from tests.backends.sim._client import StreamResult, stream
 
 # Steps of ~0.2 s: on a shared 2-core machine, scheduling noise of tens of ms stays
@@ -47,16 +47,16 @@ async def _load(url: str) -> Served:
     return served
 
 
-def _replay(settings: SimSettings, served: Served) -> dict[tuple[int, int], RequestRecord]:
+def _replay(settings: SimSettings, served: Served) -> dict[tuple[int, int], VirtualRequest]:
     """The same users in virtual time: each user's first request at its real send time
     (relative to the first), each next one after the model's finish plus the real gap
     the client took between its last token and its next request."""
     t0 = min(requests[0][1].sent_s for requests in served)
     starts = [Arrival(reqs[0][1].sent_s - t0, reqs[0][0], OUTPUT_TOKENS, user=u) for u, reqs in enumerate(served)]
     sent = [0] * len(served)
-    records: dict[tuple[int, int], RequestRecord] = {}
+    records: dict[tuple[int, int], VirtualRequest] = {}
 
-    def on_finish(record: RequestRecord, t_s: float) -> list[Arrival]:
+    def on_finish(record: VirtualRequest, t_s: float) -> list[Arrival]:
         user, i = record.user, sent[record.user]
         records[(user, i)] = record
         sent[user] = i + 1

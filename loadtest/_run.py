@@ -1,0 +1,80 @@
+"""One run's state, from Locust's test_start to its test_stop: created whole when the run starts
+(so nothing in it is "not set yet"), and finished into the run folder on the master."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gevent
+
+from loadtest._arrivals import Arrivals
+from loadtest._console import progress_line, table
+from loadtest._plan import Plan
+from loadtest._record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
+from loadtest._report import write_run
+from loadtest._settings import Settings
+from loadtest._stopper import Stopper
+from loadtest._summary import summarize_run
+from loadtest._timeline import Sampler
+from loadtest._workload import Workload
+
+
+@dataclass
+class Prompt:
+    """What the users send: the calibrated prompt, or per-user sessions of a shaped workload."""
+
+    text: str = ""
+    source: str = "approx"  # how its length was counted: "tokenize", "approx", or a worker's
+    workload: Workload | None = None
+
+
+@dataclass
+class Run:
+    settings: Settings
+    plan: Plan
+    base_url: str
+    stopper: Stopper
+    start_s: float = field(default_factory=time.time)  # wall clock (the timeline's and the workers')
+    recorder: Recorder = field(default_factory=Recorder)
+    chunk_ratio: TokensPerChunk = field(default_factory=TokensPerChunk)
+    model: str = ""
+    prompt: Prompt = field(default_factory=Prompt)
+    arrivals: Arrivals | None = None  # open loop only
+    sampler: Sampler | None = None  # the master's (or a local run's) timeline of server signals
+    run_dir: Path | None = None  # where the master writes the run
+    greenlets: list[gevent.Greenlet] = field(default_factory=list)
+    num_workers: int = 1  # worker processes that took part (1: a local run)
+
+    def keep(self, record: RequestRecord, walls: list[float]) -> None:
+        self.chunk_ratio.apply(record, walls)
+        self.recorder.add(record, walls)
+
+    def stop_greenlets(self) -> None:
+        for greenlet in self.greenlets:
+            greenlet.kill(block=False)
+        self.greenlets = []
+
+    def finish(self, end_s: float) -> None:
+        """Write the run folder and print the last step's line, the table and where the report is."""
+        assert self.sampler is not None and self.run_dir is not None, "finish() runs where the run was sampled"
+        samples = self.sampler.samples
+        summary = summarize_run(self.settings, self.plan, self.start_s, end_s, self.recorder, samples)
+        meta = {
+            "base_url": self.base_url,
+            "model": self.model,
+            "stopped_early": self.stopper.reason or None,
+            "endpoint": self.settings.api.path(),
+            "mode": "open_loop" if self.plan.open_loop else "closed_loop",
+            "prompt_tokens_from": self.prompt.source,
+            "num_worker_processes": self.num_workers,
+            "interrupted_requests": sum(1 for r in self.recorder.records if r.error_kind == INTERRUPTED),
+        }
+        report_html = write_run(
+            self.run_dir, self.settings, self.plan, self.start_s, end_s, summary, meta, self.recorder, samples
+        )
+        if summary["steps"]:
+            print(progress_line(summary["steps"][-1], len(self.plan.steps)), flush=True)
+        print(table(summary), flush=True)
+        print(f"zerogap report: {report_html}", flush=True)
