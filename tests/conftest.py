@@ -1,25 +1,14 @@
-"""Shared test helpers: free ports, subprocess servers, waiting for readiness."""
+"""Fixtures shared by every test folder. Plain helpers are in tests/support.py (and the
+product's own: zerogap.net, backends.process_group); tests import nothing from here."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from backends.process_group import stop_process
-from zerogap.net import free_port, wait_for_port
-
-__all__ = ["free_port", "stop_process", "wait_for_port", "zerogap_cmd"]
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def zerogap_cmd(*args: str) -> list[str]:
-    """Run the console script through this interpreter (works without PATH set up)."""
-    return [sys.executable, "-m", "zerogap", *args]
+from zerogap.net import free_port
 
 
 @pytest.fixture

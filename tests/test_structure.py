@@ -67,6 +67,12 @@ def test_product_and_bench_import_nothing_from_tests() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_nothing_imports_conftest() -> None:
+    """conftest.py holds fixtures; importing it as a module runs it twice under two names."""
+    bad = [f"{n} imports {t}" for n, ts in graph(*OURS).items() for t in ts if t.endswith("conftest")]
+    assert not bad, "import plain helpers from tests/support.py instead:\n" + "\n".join(bad)
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}

@@ -11,8 +11,9 @@ import pytest
 from loadtest._plan import Plan
 from loadtest._settings import parse_settings
 from tests.article.stack import ARTICLE, article_config
-from tests.conftest import free_port, zerogap_cmd
+from tests.support import zerogap_cmd
 from zerogap.config import ConfigError, load_config, parse_config
+from zerogap.net import free_port
 
 
 def test_the_articles_config_toml_is_valid_as_written() -> None:

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from backends.process_group import stop_process
 from tests.article.stack import MODEL, SECRET, Stack, article_settings, article_stack, write_json
-from tests.conftest import REPO, free_port, stop_process, wait_for_port
 from tests.loadtest.helpers import LOCUST, locust_cmd, read_report
 from tests.render import inspect_page
+from tests.support import REPO
+from zerogap.net import free_port, wait_for_port
 
 
 @pytest.fixture(scope="module")

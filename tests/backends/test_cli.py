@@ -16,7 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import free_port, stop_process, zerogap_cmd
+from backends.process_group import stop_process
+from tests.support import zerogap_cmd
+from zerogap.net import free_port
 
 
 def write_config(tmp_path: Path, body: str) -> Path:

@@ -13,7 +13,7 @@ import pytest
 
 from backends.process_group import group_alive
 from backends.supervisor import ChildSpec, Hooks, StartupFailure, Supervisor, Timing
-from tests.conftest import free_port, wait_for_port
+from zerogap.net import free_port, wait_for_port
 
 SERVER = """
 import http.server, subprocess, sys

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from backends.tiny_model import FILES, build_tiny_model, main
 from backends.tiny_model.weights import tensor_shapes
-from tests.conftest import zerogap_cmd
+from tests.support import zerogap_cmd
 
 
 def test_files_are_a_llama_vllm_can_load(tmp_path) -> None:

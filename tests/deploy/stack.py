@@ -19,10 +19,11 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import free_port, stop_process, wait_for_port, zerogap_cmd
+from backends.process_group import stop_process
 from tests.deploy.paths import CONSOLES, LIBRARIES, PROMETHEUS, REPO
+from tests.support import zerogap_cmd
 from tests.tools import require_tool
-from zerogap.net import wait_http_ok
+from zerogap.net import free_port, wait_for_port, wait_http_ok
 
 MODEL = "tiny-sim"
 UNIFIED_KEY = "sk-deploy-live-unified"

@@ -10,10 +10,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import free_port, stop_process
+from backends.process_group import stop_process
 from tests.deploy.paths import CONSOLE_PAGES, PROMETHEUS, recording_rules
 from tests.tools import require_tool
-from zerogap.net import wait_http_ok
+from zerogap.net import free_port, wait_http_ok
 
 
 def get(url: str) -> str:

@@ -19,8 +19,10 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import free_port, stop_process, wait_for_port, zerogap_cmd
+from backends.process_group import stop_process
 from tests.gateway.helpers import auth, chat_body
+from tests.support import zerogap_cmd
+from zerogap.net import free_port, wait_for_port
 
 
 @dataclass

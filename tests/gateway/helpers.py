@@ -16,9 +16,9 @@ import uvicorn
 from gateway.app import create_app
 from gateway.state import Gateway
 from gateway.upstream import UpstreamClient
-from tests.conftest import free_port
 from tests.sse import data_payloads
 from zerogap.config import Config, parse_config
+from zerogap.net import free_port
 from zerogap.promtext import sum_samples
 
 UNIFIED = "unified-secret-123"

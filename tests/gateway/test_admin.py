@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import zerogap_cmd
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import GatewayServer, make_config
 from tests.gateway.processes import call, chat
+from tests.support import zerogap_cmd
 
 ADMIN = "admin-secret-4242"
 

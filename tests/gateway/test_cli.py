@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, wait_for_port, zerogap_cmd
 from tests.fixtures.upstream import UpstreamServer
+from tests.support import zerogap_cmd
+from zerogap.net import free_port, wait_for_port
 
 UNIFIED = "unified-cli-secret-42"
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
+from backends.process_group import stop_process
 from gateway.http_client import HttpUpstream
 from gateway.upstream import UpstreamResponse
-from tests.conftest import free_port, stop_process, wait_for_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import (
     GatewayServer,
@@ -28,6 +28,7 @@ from tests.gateway.helpers import (
     post,
     wait_until,
 )
+from zerogap.net import free_port, wait_for_port
 
 
 async def test_stream_is_relayed_and_usage_chunk_stripped(tmp_path) -> None:

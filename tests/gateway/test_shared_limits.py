@@ -8,11 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from backends.process_group import stop_process
 from gateway.keystore import KeyStore
-from tests.conftest import free_port, stop_process, wait_for_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, make_config, post
 from tests.tools import require_tool
+from zerogap.net import free_port, wait_for_port
 
 
 @pytest.fixture

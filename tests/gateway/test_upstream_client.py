@@ -14,9 +14,9 @@ import uvloop
 
 from gateway.http_client import HttpUpstream
 from gateway.upstream import UpstreamError
-from tests.conftest import free_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import wait_until
+from zerogap.net import free_port
 
 JSON = {"Content-Type": "application/json"}
 

@@ -10,8 +10,9 @@ import time
 import aiohttp
 import pytest
 
-from tests.conftest import free_port, stop_process, wait_for_port
+from backends.process_group import stop_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
+from zerogap.net import free_port, wait_for_port
 
 
 def sse_events(raw: bytes) -> list[str]:

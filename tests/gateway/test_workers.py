@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 
 from gateway.keystore import KeyStore
-from tests.conftest import free_port
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
+from zerogap.net import free_port
 
 NUM_REQUESTS = 24
 

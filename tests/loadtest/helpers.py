@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import RunReport
-from tests.conftest import REPO
+from tests.support import REPO
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 

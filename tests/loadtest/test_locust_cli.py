@@ -8,8 +8,10 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import REPO, free_port, stop_process, wait_for_port
+from backends.process_group import stop_process
 from tests.loadtest.helpers import LOCUST, run_locust, write_settings
+from tests.support import REPO
+from zerogap.net import free_port, wait_for_port
 
 
 def test_bad_settings_stop_the_run_with_field_and_reason(tmp_path: Path) -> None:

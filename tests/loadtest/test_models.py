@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from loadtest._models import ModelChoiceError, choose_model
-from tests.conftest import free_port
+from zerogap.net import free_port
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from loadtest._schema import RunReport, json_schema
 from loadtest._settings import parse_settings
 from loadtest._summary import find_knee, summarize_run
 from loadtest._timeline import Sample
-from tests.conftest import REPO, zerogap_cmd
+from tests.support import REPO, zerogap_cmd
 
 PNG = b"\x89PNG\r\n\x1a\n"
 START = 1_000_000.0

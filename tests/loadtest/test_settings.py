@@ -7,7 +7,7 @@ import json
 import pytest
 
 from loadtest._settings import SettingsError, load_settings, parse_settings, settings_path
-from tests.conftest import REPO
+from tests.support import REPO
 
 
 def test_shipped_settings_json_is_valid_and_keeps_the_articles_sections() -> None:

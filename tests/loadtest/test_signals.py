@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from loadtest._settings import MetricsSection
 from loadtest._signals import CPU_INTERVAL, TOKEN_INTERVAL, GpuUtil, scrape_backends
-from tests.conftest import free_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
+from zerogap.net import free_port
 
 
 def test_backend_metrics_and_prometheus_sources() -> None:

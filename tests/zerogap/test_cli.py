@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.conftest import zerogap_cmd
+from tests.support import zerogap_cmd
 from zerogap.cli import COMMANDS, main
 
 

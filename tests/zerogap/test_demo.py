@@ -18,7 +18,7 @@ import pytest
 from backends.sim.plan import StepSummary, run_plan
 from backends.sim.settings import SimSettings
 from loadtest import RunReport
-from tests.conftest import zerogap_cmd
+from tests.support import zerogap_cmd
 
 # Requests of 16 tokens (~0.8 s at 16 baseline streams) start well within the 2 s of lead
 # before each window: no request of the lighter step leaks into the next one's window.

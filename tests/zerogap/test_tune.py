@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import zerogap_cmd
+from tests.support import zerogap_cmd
 from zerogap.tune.cli import main as tune_main
 
 GRID = ["--grid", "max_num_seqs=16,128", "--grid", "async_scheduling=false,true"]

@@ -17,9 +17,10 @@ from typing import IO, Any
 
 import pytest
 
+from backends.process_group import stop_process
 from backends.tiny_model import build_tiny_model
-from tests.conftest import REPO, free_port, stop_process, zerogap_cmd
-from zerogap.net import wait_http_ok
+from tests.support import REPO, zerogap_cmd
+from zerogap.net import free_port, wait_http_ok
 from zerogap.promtext import sum_samples
 
 UNIFIED = "vllm-tier-unified-key"

@@ -31,7 +31,7 @@ from tests.backends.vllm.pool import (
     vllm_interpreter,
     write_config,
 )
-from tests.conftest import REPO, zerogap_cmd
+from tests.support import REPO, zerogap_cmd
 
 # vLLM starts in ~60 s alone, several times that on a busy 2-core machine: a longer timeout than 300 s.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]

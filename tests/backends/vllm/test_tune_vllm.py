@@ -13,7 +13,7 @@ import pytest
 
 from backends.tiny_model import build_tiny_model
 from tests.backends.vllm.pool import MODEL, READY_TIMEOUT_S, vllm_interpreter
-from tests.conftest import REPO, zerogap_cmd
+from tests.support import REPO, zerogap_cmd
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
