@@ -50,9 +50,14 @@ class HealthMonitor:
         except Exception as exc:  # any failure to answer means: not healthy
             ok, reason = False, f"{type(exc).__name__}: {exc}"
         if ok and not backend.healthy:
-            if self.held_s(backend) > 0:
-                return  # ejected: not back before its time is up
-            log.info("backend %s (%s) is healthy again", backend.name, backend.url)
+            held_s = self.held_s(backend)
+            if held_s > 0:
+                if self._another_healthy(backend):
+                    return  # ejected: not back before its time is up
+                log.warning("backend %s (%s) comes back %.0f s before its ejection ends: no other backend of "
+                            "model %s is healthy", backend.name, backend.url, held_s, backend.model)  # fmt: skip
+            else:
+                log.info("backend %s (%s) is healthy again", backend.name, backend.url)
             backend.healthy = True
         elif not ok and backend.healthy:
             if self.take_out is None:
@@ -60,6 +65,11 @@ class HealthMonitor:
                 backend.healthy = False
             else:
                 self.take_out(backend, f"health check failed ({reason})")
+
+    def _another_healthy(self, backend: Backend) -> bool:
+        """An outlier ejection never leaves a model with no backend: one that answers its health
+        check beats a 503 for everyone (the last healthy one may have left since it was ejected)."""
+        return any(b.healthy for b in self.router.pools[backend.model].backends if b is not backend)
 
     async def scrape(self, backend: Backend) -> None:
         if not backend.healthy:

@@ -3,7 +3,7 @@ bad one, no hung client. 128 streams (the bench itself takes 512; CI has 2 cores
 
 from __future__ import annotations
 
-from bench.soak import SoakOptions, run_soak
+from bench.soak import GROWTH_LIMIT, SoakOptions, run_soak
 
 CONCURRENCY = 128
 
@@ -15,8 +15,9 @@ def test_soak_two_minutes() -> None:
     assert sum(r.tally.num_good_failed for r in result.reports) == 0, result.failures
     assert sum(r.tally.num_bad_5xx for r in result.reports) == 0, result.failures
     assert sum(r.tally.num_hung for r in result.reports) == 0, result.failures
-    # Checked by hand: a leak of 1 KB a request read +14.7 % here; without it a few %.
-    assert result.rss_growth < 0.10, f"RSS grew {result.rss_growth:+.1%} after the warm-up"
+    # Checked by hand: a leak of 1 KB a request read +14.7 % here, and a reference cycle per
+    # streamed request (freed only by the collector's rare full pass) +26 %; without them +0.1 %.
+    assert result.rss_growth < GROWTH_LIMIT, f"RSS grew {result.rss_growth:+.1%} after the warm-up"
     after = [r for r in result.reports if r.end_s > 40]
     # Two sockets a stream, plus idle keep-alive connections: a leak of one per request is thousands.
     assert max(r.num_fds for r in after) < 4 * CONCURRENCY + 64
