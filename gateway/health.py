@@ -52,8 +52,8 @@ class HealthMonitor:
         if ok and not backend.healthy:
             held_s = self.held_s(backend)
             if held_s > 0:
-                if self._another_healthy(backend):
-                    return  # ejected: not back before its time is up
+                if self.router.pools[backend.model].any_healthy(besides=backend):
+                    return  # ejected: not back before its time is up (but never leaving its model empty)
                 log.warning("backend %s (%s) comes back %.0f s before its ejection ends: no other backend of "
                             "model %s is healthy", backend.name, backend.url, held_s, backend.model)  # fmt: skip
             else:
@@ -65,11 +65,6 @@ class HealthMonitor:
                 backend.healthy = False
             else:
                 self.take_out(backend, f"health check failed ({reason})")
-
-    def _another_healthy(self, backend: Backend) -> bool:
-        """An outlier ejection never leaves a model with no backend: one that answers its health
-        check beats a 503 for everyone (the last healthy one may have left since it was ejected)."""
-        return any(b.healthy for b in self.router.pools[backend.model].backends if b is not backend)
 
     async def scrape(self, backend: Backend) -> None:
         if not backend.healthy:

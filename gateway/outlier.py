@@ -47,7 +47,7 @@ class OutlierDetector:
         record.num_errors += 1
         if not self.num_errors_to_eject or record.num_errors < self.num_errors_to_eject or not backend.healthy:
             return
-        if not any(b.healthy for b in self.router.pools[backend.model].backends if b is not backend):
+        if not self.router.pools[backend.model].any_healthy(besides=backend):
             log.warning("backend %s failed %d times in a row but is the last healthy one of model %s: kept",
                         backend.name, record.num_errors, backend.model)  # fmt: skip
             return

@@ -79,8 +79,9 @@ class ModelPool:
                 candidates.append(b)
         return self.affinity.route(candidates, hashes)
 
-    def any_healthy(self) -> bool:
-        return any(b.healthy for b in self.backends)
+    def any_healthy(self, besides: Backend | None = None) -> bool:
+        """Whether a backend of this model other than `besides` is in the pool."""
+        return any(b.healthy for b in self.backends if b is not besides)
 
 
 class Router:

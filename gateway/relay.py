@@ -127,7 +127,7 @@ class Relay:
         log.warning("backend %s failed before the first byte (%s): %s", backend.name, exc.label, exc.message)
         if exc.label in OUTLIER_LABELS:
             self.outlier.failure(backend, exc.label)
-        if exc.label == "connect":  # exchange until the next health check says otherwise
+        if exc.label == "connect":  # out of the pool until the next health check says otherwise
             self.flights.take_out(backend, f"connection refused ({exc.message})")
 
     def _fail(self, exchange: Exchange, failure: Retry) -> Reply | bytes:
