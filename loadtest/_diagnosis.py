@@ -36,6 +36,7 @@ IN_TRANSIT = 0.70  # running + waiting < 70% of the users: held before the engin
 IN_TRANSIT_GROWTH = 0.20  # ... and that share fell by 20 points from the step before
 TTFT_GROWTH = 2.0  # prefill: TTFT p50 doubles from the step before ...
 TPOT_HOLDS = 1.25  # ... while TPOT p50 grows less than 25%
+FEW_SAMPLES = 3  # fewer scrapes of the engines in a window than this: the evidence says so
 
 Entry = dict[str, Any]
 Rule = Callable[["Step"], tuple[str, str] | None]
@@ -61,6 +62,7 @@ class Step:
         self.kv = _num(backend.get("kv_cache_usage_max")) or _num(backend.get("kv_cache_usage_mean"))
         self.preemptions = _num(backend.get("preemptions")) or 0.0
         self.cap = _num(backend.get("max_num_seqs"))
+        self.num_samples = _num(backend.get("num_samples"))
         self.cpu_interval_ms = _num(step.get("cpu_interval_ms"))
         gpu = step.get("gpu_util")
         self.gpu_pct = _num(gpu.get("mean")) if isinstance(gpu, dict) else None
@@ -85,7 +87,12 @@ class Step:
             parts.append(f"token interval (GPU idle per step) {self.interval_ms:.1f} ms")
         if self.cpu_interval_ms is not None:
             parts.append(f"CPU per step {self.cpu_interval_ms:.1f} ms")
-        return ", ".join(parts) if parts else "no server signals (set metrics.backend_metrics_urls)"
+        if not parts:
+            return "no server signals (set metrics.backend_metrics_urls)"
+        if self.num_samples is not None and self.num_samples < FEW_SAMPLES:
+            parts.append(f"engines read by {self.num_samples:g} scrape(s) only: lengthen the step's measured "
+                         "window or lower metrics.sample_interval_ms")  # fmt: skip
+        return ", ".join(parts)
 
     def queued(self) -> bool:
         if self.waiting is None:

@@ -199,6 +199,8 @@ class Harness:
         if session is not None and record.ok:
             session.answered(record.output_tokens)
         self.keep(run, record, walls)
+        if not record.ok:
+            run.recorder.note_error(record.error_kind, detail)  # shipped to the master with the records
         fire_locust_events(env, client.path, record, detail)
         if not self.is_worker:
             run.stopper.observe(env, record, detail)

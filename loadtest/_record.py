@@ -95,6 +95,10 @@ def _add(buckets: dict[int, float], key: int, amount: float) -> None:
     buckets[key] = buckets.get(key, 0.0) + amount
 
 
+MAX_ERROR_KINDS = 16
+MAX_DETAIL_CHARS = 500
+
+
 @dataclass
 class Recorder:
     """One process's records, token-arrival buckets and CPU samples."""
@@ -103,6 +107,12 @@ class Recorder:
     output_buckets: dict[int, float] = field(default_factory=dict)
     prompt_buckets: dict[int, float] = field(default_factory=dict)
     cpu_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    error_details: dict[str, str] = field(default_factory=dict)  # error kind -> the server's first message
+
+    def note_error(self, kind: str, detail: str) -> None:
+        """The first message of each kind of failure (a few kinds at most), for fail-fast on the master."""
+        if detail and kind not in self.error_details and len(self.error_details) < MAX_ERROR_KINDS:
+            self.error_details[kind] = detail[:MAX_DETAIL_CHARS]
 
     def add(self, record: RequestRecord, content_walls: list[float]) -> None:
         """content_walls: the wall-clock arrival time of each content chunk."""
@@ -136,8 +146,10 @@ class Recorder:
             "output": [[key, value] for key, value in self.output_buckets.items()],
             "prompt": [[key, value] for key, value in self.prompt_buckets.items()],
             "cpu": {name: [list(sample) for sample in samples] for name, samples in self.cpu_samples.items()},
+            "details": self.error_details,
         }
         self.records, self.output_buckets, self.prompt_buckets, self.cpu_samples = [], {}, {}, {}
+        self.error_details = {}
         return wire
 
     def ingest(self, wire: dict[str, Any]) -> list[RequestRecord]:
@@ -150,6 +162,8 @@ class Recorder:
             _add(self.prompt_buckets, int(key), float(value))
         for name, samples in wire.get("cpu", {}).items():
             self.cpu_samples.setdefault(name, []).extend((float(t), float(c)) for t, c in samples)
+        for kind, detail in (wire.get("details") or {}).items():
+            self.note_error(str(kind), str(detail))
         return records
 
     def tokens_between(self, start: float, end: float, prompt: bool = False) -> float:

@@ -46,6 +46,7 @@ class Backend(_Model):
     kv_cache_usage_max: float | None
     preemptions: float | None
     max_num_seqs: float | None
+    num_samples: int | None = None  # the scrapes that read the engines in the window
 
 
 class Step(_Model):

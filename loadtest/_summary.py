@@ -204,6 +204,7 @@ def _backend(inside: list[Sample]) -> dict[str, Any]:
         "kv_cache_usage_max": _max([s.kv_cache_usage for s in inside]),
         "preemptions": preempted[-1] - preempted[0] if len(preempted) > 1 else None,
         "max_num_seqs": caps[-1] if caps else None,
+        "num_samples": sum(1 for s in inside if s.running is not None),
     }
 
 

@@ -75,8 +75,8 @@ class Sampler:
         return self.cap
 
     def sample(self, users: int) -> Sample:
-        wall = time.time()
         scrape = scrape_backends(self.metrics.backend_metrics_urls, self.names, self.metrics.scrape_timeout_seconds)
+        wall = time.time()  # when the answers came: what they say is that recent (a busy server answers late)
         gpu, reason = self.gpu.sample(scrape)
         interval, cpu_interval = scrape.mean(TOKEN_INTERVAL), scrape.mean(CPU_INTERVAL)
         sample = Sample(

@@ -77,8 +77,8 @@ class WorkerLink:
             return
         run.prompt.source = str(data.get("prompt_source", run.prompt.source))
         records = run.recorder.ingest(data)
-        for record in records:
-            run.stopper.observe(self.env, record, "")
+        for record in records:  # the server's message for its kind of failure, as the worker saw it
+            run.stopper.observe(self.env, record, run.recorder.error_details.get(record.error_kind, ""))
         if self.exporter is not None:
             for record in records:
                 self.exporter.observe(record)

@@ -22,6 +22,7 @@ def step(
         "kv_cache_usage_mean": extra.pop("kv", 0.2),
         "preemptions": extra.pop("preemptions", None),
         "max_num_seqs": extra.pop("cap", None),
+        "num_samples": extra.pop("num_samples", None),
     }
     figures: dict[str, Any] = {
         "index": 0,
@@ -63,6 +64,16 @@ def test_batch_cap_known_or_inferred_and_kv_cache() -> None:
     # a few arrivals between two steps (under 10% of the users) are no queue
     assert limit(step(running=61.7, waiting=2.3, cap=128, kv=None, gpu=59.0)) == "token_interval"
     assert limit(step(running=57.0, waiting=6.5, cap=128, kv=None, gpu=59.0)) == "kv_cache"
+
+
+def test_evidence_from_too_few_scrapes_says_so() -> None:
+    """A window the sampler read once or twice (a short step, a slow /metrics) is thin evidence."""
+    thin = diagnose_step(step(running=16.0, waiting=48.0, cap=16, num_samples=2), None, None)
+    assert thin["limit"] == "batch_cap" and "engines read by 2 scrape(s) only" in thin["evidence"]
+    assert "metrics.sample_interval_ms" in thin["evidence"]
+    for enough in (3, None):  # None: a report from before the count was kept
+        full = diagnose_step(step(running=16.0, waiting=48.0, cap=16, num_samples=enough), None, None)
+        assert "scrape(s) only" not in full["evidence"]
 
 
 def test_token_interval_compute_and_none() -> None:

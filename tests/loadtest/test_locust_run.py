@@ -91,6 +91,11 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
     assert first["gpu_util"] == {"mean": 75.0, "min": 75.0} and first["token_interval_ms"] == 12.0
     assert first["cpu_interval_ms"] == 20.0
     assert first["backend"]["kv_cache_usage_mean"] == 0.25
+    with open(run_dir / "timeline.csv", newline="") as handle:
+        scraped_s = [float(row["time_s"]) for row in csv.DictReader(handle) if row["backend_running"]]
+    window_start_s = first["end_s"] - first["duration_s"]
+    in_window = sum(window_start_s <= t < first["end_s"] for t in scraped_s)
+    assert first["backend"]["num_samples"] == in_window >= 3  # the scrapes the evidence rests on
     assert "zerogap step 1/2 4 users" in out and "out tok/s" in out and "report.html" in out
     for path in run_dir.iterdir():
         assert SECRET not in path.read_bytes().decode("latin-1"), path
@@ -121,6 +126,20 @@ def test_worker_processes_add_up(tmp_path: Path) -> None:
     assert abs(totals["output_tokens_ok"] - sum(s.num_tokens_sent for s in finished)) <= 4 * OUTPUT_TOKENS
     assert totals["requests_failed"] == 5 and report["errors"] == {"HTTP 503": 5}
     check_against_truth(report["steps"][1], 4, tps_tolerance=0.15)
+
+
+def test_fail_fast_over_worker_processes_quotes_the_server(tmp_path: Path) -> None:
+    """--processes 2: the workers send the requests and the master decides to stop; the server's
+    own message still reaches the user (it travels with the workers' records)."""
+    behavior = known_timing()
+    behavior.fail_status, behavior.num_failures = 404, 10_000
+    with UpstreamServer(behavior) as up:
+        settings = write_settings(tmp_path / "settings.json", up.url, tmp_path / "runs", "lost")
+        result = run_locust(settings, "--processes", "2")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "the first 20 requests all failed with HTTP 404: " in result.stderr, result.stderr[-3000:]
+    assert "failing on purpose with 404" in result.stderr and "Fix: " in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

@@ -34,8 +34,8 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
     )
     out = tmp_path / "tune"
     cmd = zerogap_cmd("tune", "--config", str(config), "--engine", "vllm", "--grid", "max_num_seqs=2,16")
-    cmd += ["--steps", "8", "--step-seconds", "8", "--measure-seconds", "6", "--warmup-seconds", "1"]
-    cmd += ["--input-tokens", "32", "--output-tokens", "128", "--out", str(out)]
+    cmd += ["--steps", "8", "--step-seconds", "10", "--measure-seconds", "8", "--warmup-seconds", "5"]
+    cmd += ["--input-tokens", "32", "--output-tokens", "256", "--out", str(out)]
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     data = json.loads((out / "tune.json").read_text())
