@@ -8,7 +8,8 @@ chunk), upstream errors (the upstream answers 500, or resets the connection afte
 and bad requests (not JSON, no model, unknown model, bad key, wrong Content-Type).
 
 Every `--report-s` it prints the gateway's RSS, open fds and asyncio tasks (medians of 1 s
-samples), and the good streams' TTFT p50/p99. At the end it checks the targets:
+samples), the backends it took out of the pool (zerogap_backend_ejections_total, all causes),
+and the good streams' TTFT p50/p99. At the end it checks the targets:
   - RSS and open fds flat after the warm-up: growth < 5 % over the reports after `--warmup-s`
     (the mean of their last quarter over the mean of their first quarter, printed as a ratio);
   - zero failed good requests; zero 5xx answers to bad requests; no client ever hangs.
@@ -36,8 +37,10 @@ import aiohttp
 from backends.process_group import stop_process
 from bench.soak_load import KEY, Tally, run_clients
 from zerogap.net import free_port, wait_for_port
+from zerogap.promtext import sum_samples
 
 GROWTH_LIMIT = 0.05
+EJECTIONS = "zerogap_backend_ejections_total"
 
 
 @dataclass
@@ -59,6 +62,7 @@ class Report:
     rss_mb: float
     num_fds: float
     num_tasks: float
+    num_ejections: float  # backends taken out of the pool in the interval
 
     def line(self) -> str:
         t = self.tally
@@ -66,11 +70,11 @@ class Report:
         return (
             f"{self.end_s:7.0f} {t.num_requests:8d} {t.num_requests / max(t.span_s, 1e-9):7.1f} {t.num_good_failed:5d}"
             f" {t.num_bad_5xx:5d} {t.num_hung:5d} {self.rss_mb:8.1f} {self.num_fds:6.0f} {self.num_tasks:6.0f}"
-            f" {p50:8.1f} {p99:8.1f}"
+            f" {self.num_ejections:7.0f} {p50:8.1f} {p99:8.1f}"
         )
 
 
-HEADER = "  end_s requests     rps  good_failed bad_5xx hung  rss_mb    fds  tasks ttft_p50 ttft_p99 (ms)"
+HEADER = "  end_s requests     rps  good_failed bad_5xx hung  rss_mb    fds  tasks ejected ttft_p50 ttft_p99 (ms)"
 
 
 @dataclass
@@ -93,23 +97,22 @@ def proc_num_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-async def scrape_tasks(session: aiohttp.ClientSession, url: str) -> float:
+async def scrape_gateway(session: aiohttp.ClientSession, url: str) -> tuple[float, float]:
+    """The gateway's asyncio tasks and its backend ejections so far (all backends and causes)."""
     async with session.get(url + "/metrics") as resp:
-        for line in (await resp.text()).splitlines():
-            if line.startswith("zerogap_event_loop_tasks "):
-                return float(line.split()[1])
-    return 0.0
+        page = await resp.text()
+    return sum_samples(page, "zerogap_event_loop_tasks") or 0.0, sum_samples(page, EJECTIONS) or 0.0
 
 
-async def sample(pid: int, url: str, until_s: float, samples: list[tuple[float, float, float]]) -> None:
-    """(rss_mb, fds, tasks) every second until until_s."""
+async def sample(pid: int, url: str, until_s: float, samples: list[tuple[float, float, float, float]]) -> None:
+    """(rss_mb, fds, tasks, ejections so far) every second until until_s."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while time.monotonic() < until_s:
             try:
-                num_tasks = await scrape_tasks(session, url)
+                num_tasks, num_ejections = await scrape_gateway(session, url)
             except (aiohttp.ClientError, TimeoutError):
-                num_tasks = float("nan")
-            samples.append((proc_rss_mb(pid), proc_num_fds(pid), num_tasks))
+                num_tasks, num_ejections = float("nan"), float("nan")
+            samples.append((proc_rss_mb(pid), proc_num_fds(pid), num_tasks, num_ejections))
             await asyncio.sleep(1.0)
 
 
@@ -129,7 +132,8 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str) -> SoakResult:
     t0_s = time.monotonic()
     end_s = t0_s + opts.duration_s
     tally = Tally(t0_s)
-    samples: list[tuple[float, float, float]] = []
+    samples: list[tuple[float, float, float, float]] = []
+    ejections_before = 0.0
     clients = asyncio.create_task(run_clients(url, opts.concurrency, end_s, random.Random(opts.seed), lambda: tally))
     sampler = asyncio.create_task(sample(gateway_pid, url, end_s + 1, samples))
     print(HEADER, flush=True)
@@ -139,8 +143,10 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str) -> SoakResult:
         done, tally, now_samples = tally, Tally(time.monotonic()), list(samples)
         samples.clear()
         done.span_s = time.monotonic() - done.start_s
-        rss, fds, tasks = (statistics.median(x) if x else 0.0 for x in zip(*now_samples, strict=True))
-        report = Report(next_s - t0_s, done, rss, fds, tasks)
+        rss, fds, tasks = (statistics.median(x) if x else 0.0 for x in list(zip(*now_samples, strict=True))[:3])
+        ejections = max((s[3] for s in now_samples if s[3] == s[3]), default=ejections_before)  # NaN: not read
+        report = Report(next_s - t0_s, done, rss, fds, tasks, ejections - ejections_before)
+        ejections_before = ejections
         result.reports.append(report)
         print(report.line(), flush=True)
         for example in done.examples[:2]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 from gateway.idle import IdleWatch
@@ -19,6 +20,8 @@ from gateway.pool import Backend
 log = logging.getLogger("zerogap.gateway.flights")
 
 Why = Literal["ejected", "draining"]
+Cause = Literal["health", "outlier", "connect"]  # why a backend left the pool
+CAUSES: tuple[Cause, ...] = ("health", "outlier", "connect")
 
 
 class Flight:
@@ -84,8 +87,9 @@ def _expire_now(timeout: asyncio.Timeout) -> None:
 class Flights:
     """Every Flight in this process, by backend."""
 
-    def __init__(self, eject_grace_s: float) -> None:
+    def __init__(self, eject_grace_s: float, on_leave: Callable[[Backend, Cause], None] | None = None) -> None:
         self.eject_grace_s = eject_grace_s
+        self.on_leave = on_leave  # told each time a backend in the pool leaves it (the metric)
         self.drained = False  # the drain's deadline passed: a new attempt ends at once
         self._by_backend: dict[Backend, set[Flight]] = {}
 
@@ -102,11 +106,13 @@ class Flights:
     def __len__(self) -> int:
         return sum(len(fs) for fs in self._by_backend.values())
 
-    def take_out(self, backend: Backend, reason: str) -> None:
+    def take_out(self, backend: Backend, reason: str, cause: Cause) -> None:
         """The backend leaves the pool: its first-byte waiters are retried elsewhere now (those
         that can go elsewhere), its streams end after eject_grace_s without a byte."""
         if backend.healthy:
             log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
+            if self.on_leave is not None:
+                self.on_leave(backend, cause)
         backend.healthy = False
         for flight in list(self._by_backend.get(backend, ())):
             flight.end("ejected", self.eject_grace_s)

@@ -19,7 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.pool import Router
+from gateway.flights import CAUSES as EJECTION_CAUSES
+from gateway.flights import Cause
+from gateway.pool import Backend, Router
 from gateway.routing.metrics import RouteMetrics
 
 M = TypeVar("M", bound=MetricWrapperBase)
@@ -120,6 +122,14 @@ class GatewayMetrics:
         self.ratelimited = Labeled(
             Counter("zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r)
         )
+        self.ejections = Labeled(
+            Counter(
+                "zerogap_backend_ejections",
+                "Times a backend left the pool: health (failed check), outlier (errors in a row), connect (refused)",
+                ["model", "backend", "cause"],
+                registry=r,
+            )
+        )
         self.route = RouteMetrics(r)
         self.tasks = Gauge(
             "zerogap_event_loop_tasks",
@@ -133,8 +143,13 @@ class GatewayMetrics:
         Prometheus's rate() and increase() see their first increment too."""
         for b in router.backends:
             self.retries.labels(b.model, b.name)
+            for cause in EJECTION_CAUSES:
+                self.ejections.labels(b.model, b.name, cause)
             self.upstream_errors.labels(b.model, b.name, "connect")
         self.route.start_at_zero(router)
+
+    def ejected(self, backend: Backend, cause: Cause) -> None:
+        self.ejections.labels(backend.model, backend.name, cause).inc()
 
     def set_backend_gauges(self, router: Router) -> None:
         for b in router.backends:

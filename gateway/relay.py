@@ -128,7 +128,7 @@ class Relay:
         if exc.label in OUTLIER_LABELS:
             self.outlier.failure(backend, exc.label)
         if exc.label == "connect":  # out of the pool until the next health check says otherwise
-            self.flights.take_out(backend, f"connection refused ({exc.message})")
+            self.flights.take_out(backend, f"connection refused ({exc.message})", "connect")
 
     def _fail(self, exchange: Exchange, failure: Retry) -> Reply | bytes:
         exchange.status = failure.status

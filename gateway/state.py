@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from pathlib import Path
@@ -54,12 +55,16 @@ class Gateway:
         self.metrics.start_at_zero(self.router)
         self.limiter = make_limiter(config)
         self.usage = UsageRecorder(self.store)
-        self.flights = Flights(g.eject_grace_s)
-        self.outlier = OutlierDetector(self.router, g, self.flights.take_out)
+        self.flights = Flights(g.eject_grace_s, on_leave=self.metrics.ejected)
+        self.outlier = OutlierDetector(self.router, g, functools.partial(self.flights.take_out, cause="outlier"))
         self.drain = Drain(self.flights, g.drain_timeout_s)
         self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage, self.flights, self.outlier)
         self.monitor = HealthMonitor(
-            self.router, self.client, min(g.connect_timeout_s, 2.0), self.flights.take_out, self.outlier.held_s
+            self.router,
+            self.client,
+            min(g.connect_timeout_s, 2.0),
+            functools.partial(self.flights.take_out, cause="health"),
+            self.outlier.held_s,
         )
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -25,6 +25,8 @@ ENGINE_SERIES = [
     "vllm:time_to_first_token_seconds_bucket",
     "vllm:inter_token_latency_seconds_bucket",
     "vllm:e2e_request_latency_seconds_bucket",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
 ]
 GRAPH_WINDOW = '#pctc{"duration":120,"endTime":0}'  # prom_console.js reads the range from the hash
 GRAPH_EXPRS = re.compile(r'zgGraph\(\s*"[^"]+",\s*(\[[^\]]*\]|"[^"]*")')

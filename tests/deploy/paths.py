@@ -19,7 +19,15 @@ GRAFANA_DASHBOARD = DEPLOY / "grafana" / "dashboards" / "zerogap.json"
 COMPOSE = DEPLOY / "compose" / "docker-compose.yml"
 K8S = DEPLOY / "k8s"
 
-CONSOLE_PAGES = ["index.html", "latency.html", "gpu.html", "backends.html", "keys.html", "loadtest.html"]
+CONSOLE_PAGES = [
+    "index.html",
+    "latency.html",
+    "gpu.html",
+    "backends.html",
+    "keys.html",
+    "loadtest.html",
+    "routing.html",
+]
 
 _RECORDED = re.compile(r"\bzerogap:[a-z0-9_]+:[a-z0-9_]+\b")
 

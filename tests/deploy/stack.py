@@ -88,6 +88,7 @@ def gateway_config(stack: Stack) -> str:
         'key_store = "keys.db"',
         "health_interval_s = 5",  # a killed backend is found by the requests that fail on it
         "max_retries = 2",
+        'routing = "cache_aware"',  # the Routing dashboards read its decisions
     ]
     for name, port in stack.sims.items():
         lines += ["[[backends]]", f'name = "{name}"', f'url = "http://127.0.0.1:{port}"', f'model = "{MODEL}"']
@@ -120,7 +121,14 @@ def start_locust(stack: Stack, steps: list[int], step_s: float) -> subprocess.Po
     settings: dict[str, Any] = {
         "api": {"base_url": f"{stack.gateway_url}/api", "api_key_env": "ZEROGAP_LIVE_KEY"},
         "load_test": load_test,
-        "workload": {"model": MODEL, "input_tokens": 32, "max_output_tokens": 24, "prompt_tokens_from": "approx"},
+        "workload": {
+            "model": MODEL,
+            "input_tokens": 32,
+            "max_output_tokens": 24,
+            "prompt_tokens_from": "approx",
+            "prefix_groups": 4,  # shared prefixes: affinity decisions and prefix-cache hits on the dashboards
+            "prefix_tokens": 128,
+        },
         "metrics": {
             "backend_metrics_urls": [f"http://127.0.0.1:{port}/metrics" for port in stack.sims.values()],
             "exporter_port": stack.loadtest_port,

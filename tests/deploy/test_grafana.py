@@ -56,4 +56,4 @@ def test_dashboards_folder_is_what_compose_mounts() -> None:
 
 def test_rows_match_the_console_pages() -> None:
     rows = [p["title"].split(":")[0].split(" (")[0] for p in dashboard()["panels"] if p["type"] == "row"]
-    assert rows == ["Overview", "Latency", "GPU", "Backends", "Keys", "Load generator"]
+    assert rows == ["Overview", "Latency", "GPU", "Backends", "Keys", "Load generator", "Routing"]

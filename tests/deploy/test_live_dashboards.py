@@ -39,6 +39,9 @@ RAW_SERIES = [
     "zerogap_retries_total",
     "zerogap_upstream_errors_total",
     "zerogap_ratelimited_total",
+    "zerogap_backend_ejections_total",
+    "zerogap_route_decisions_total",
+    "zerogap_route_prefix_match_ratio_count",
     *ENGINE_SERIES,
     "zerogap_sim_gpu_busy_ratio",
     "zerogap_sim_token_interval_seconds",
@@ -109,6 +112,21 @@ def test_series_exist_with_values(live: Stack) -> None:
     assert all(0 <= v <= 1 for v in busy)
     up = prom_api(live, "query", query="zerogap_backend_up")["result"]
     assert {r["metric"]["backend"]: r["value"][1] for r in up} == {"sim-sync": "1", "sim-async": "1", "sim-doomed": "0"}
+
+
+def test_ejections_and_cache_aware_routing_reach_prometheus(live: Stack) -> None:
+    """The killed engine left the pool once (and the others never); the shared prefixes were
+    routed by affinity, and the engines found prompt tokens in their prefix caches."""
+    left = prom_api(live, "query", query="sum by (backend) (zerogap_backend_ejections_total)")["result"]
+    assert {r["metric"]["backend"]: float(r["value"][1]) for r in left} == {
+        "sim-sync": 0,
+        "sim-async": 0,
+        "sim-doomed": 1,
+    }
+    affinity = prom_api(live, "query", query='sum(zerogap_route_decisions_total{reason="affinity"})')["result"]
+    assert finite_values(affinity)[0] > 0
+    hits = prom_api(live, "query", query="sum(vllm:prefix_cache_hits_total)")["result"]
+    assert finite_values(hits)[0] > 0
 
 
 def test_gpu_utilization_comes_from_the_sims_without_dcgm(live: Stack) -> None:

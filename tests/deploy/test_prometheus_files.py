@@ -32,9 +32,14 @@ CONTRACT_METRICS = {
     "zerogap_retries_total",
     "zerogap_upstream_errors_total",
     "zerogap_ratelimited_total",
+    "zerogap_backend_ejections_total",
     "zerogap_sim_gpu_busy_ratio",
     "zerogap_sim_token_interval_seconds",
     "zerogap_sim_cpu_interval_seconds",
+    # The gateway's cache-aware router (gateway/routing/metrics.py).
+    "zerogap_route_decisions_total",
+    "zerogap_route_prefix_match_ratio",
+    "zerogap_route_prefix_table_bytes",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",
@@ -44,6 +49,8 @@ CONTRACT_METRICS = {
     "vllm:inter_token_latency_seconds",
     "vllm:e2e_request_latency_seconds",
     "vllm:iteration_tokens_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
     "DCGM_FI_DEV_GPU_UTIL",
     # The Locust harness's exporter (loadtest/_exporter.py).
     "zerogap_loadtest_users",

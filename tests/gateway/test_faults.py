@@ -39,6 +39,10 @@ async def test_sigstop_while_waiting_for_the_first_byte_retries_elsewhere(tmp_pa
     assert late_s < HEALTH_S + MARGIN_S, f"the waiters at the frozen backend took {late_s:.2f} s to be retried"
     assert metric(text, "zerogap_retries_total", backend="b") == num_on_a
     assert metric(text, "zerogap_upstream_errors_total", backend="a", status="ejected") == num_on_a
+    # One ejection, by the health check; counted once although the checks keep failing.
+    assert metric(text, "zerogap_backend_ejections_total", backend="a", cause="health") == 1
+    assert metric(text, "zerogap_backend_ejections_total", backend="a") == 1
+    assert metric(text, "zerogap_backend_ejections_total", backend="b") == 0
 
 
 async def test_sigstop_while_streaming_ends_those_streams_after_the_grace(tmp_path) -> None:
@@ -129,6 +133,8 @@ async def test_three_503s_eject_at_once_for_a_doubling_time(tmp_path) -> None:
     num_503 = metric(text, "zerogap_upstream_errors_total", backend="a", status="503")
     num_moved = metric(text, "zerogap_upstream_errors_total", backend="a", status="ejected")  # waiting there then
     assert num_503 == 6 and metric(text, "zerogap_retries_total", backend="b") == num_503 + num_moved
+    assert metric(text, "zerogap_backend_ejections_total", backend="a", cause="outlier") == 2
+    assert metric(text, "zerogap_backend_ejections_total", backend="a") == 2  # the outlier rule's, nothing else
     assert 0.5 < held_s[0] < 0.6 + 0.1 + MARGIN_S / 2, held_s  # the base ejection time
     assert 1.1 < held_s[1] < 1.2 + 0.1 + MARGIN_S / 2, held_s  # doubled on the repeat
 
