@@ -42,7 +42,6 @@ async def test_sigstop_while_waiting_for_the_first_byte_retries_elsewhere(tmp_pa
     # One ejection, by the health check; counted once although the checks keep failing.
     assert metric(text, "zerogap_backend_ejections_total", backend="a", cause="health") == 1
     assert metric(text, "zerogap_backend_ejections_total", backend="a") == 1
-    assert metric(text, "zerogap_backend_ejections_total", backend="b") == 0
 
 
 async def test_sigstop_while_streaming_ends_those_streams_after_the_grace(tmp_path) -> None:
