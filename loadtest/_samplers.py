@@ -34,8 +34,10 @@ def sample_timeline(run: Run, user_count: Callable[[], int], exporter: Exporter 
     """The backends' signals (GPU, running, waiting, KV cache...) every sample interval."""
     assert run.sampler is not None
     interval_s = run.settings.metrics.sample_interval_ms / 1000.0
+    due_s = time.monotonic()
     while True:
-        gevent.sleep(interval_s)
+        due_s = max(due_s + interval_s, time.monotonic())  # on the beat; a slow scrape is not added to it
+        gevent.sleep(due_s - time.monotonic())
         sample = run.sampler.sample(user_count())
         if exporter is not None:
             exporter.users.set(sample.users)
