@@ -11,6 +11,7 @@ all afterwards (in flight back to 0, asyncio tasks back near idle)."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 from pathlib import Path
 
@@ -46,7 +47,18 @@ async def peak_running(upstream_url: str, stop: asyncio.Event, peaks: list[float
             await asyncio.sleep(0.2)
 
 
+def open_files_for(num_sockets: int) -> None:
+    """This client and the upstream it starts hold a socket per stream: raise the soft limit
+    (often 1,024) to the hard one, and fail with the fix when even that is too low."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    assert target >= num_sockets + 256, f"open-files limit {target} < {num_sockets + 256}: raise it (ulimit -Hn)"
+
+
 async def test_2048_streams_at_once(tmp_path: Path) -> None:
+    open_files_for(NUM_STREAMS)  # before the upstream starts: it inherits the limit
     args = ("--ttft-s", str(TTFT_S), "--interval-s", str(INTERVAL_S))
     with upstream_process(*args) as up:
         port = free_port()
