@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 from gateway.idle import IdleWatch
 from gateway.pool import Backend
@@ -21,7 +21,7 @@ log = logging.getLogger("zerogap.gateway.flights")
 
 Why = Literal["ejected", "draining"]
 Cause = Literal["health", "outlier", "connect"]  # why a backend left the pool
-CAUSES: tuple[Cause, ...] = ("health", "outlier", "connect")
+CAUSES: tuple[Cause, ...] = get_args(Cause)
 
 
 class Flight:
