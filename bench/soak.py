@@ -9,7 +9,9 @@ and bad requests (not JSON, no model, unknown model, bad key, wrong Content-Type
 
 Every `--report-s` it prints the gateway's RSS, open fds and asyncio tasks (medians of 1 s
 samples), the backends it took out of the pool (zerogap_backend_ejections_total, all causes),
-and the good streams' TTFT p50/p99. At the end it checks the targets:
+and the good streams' TTFT p50/p99; under the line, the gateway's log lines of backends leaving
+and rejoining the pool in that interval (the gateway logs at level warning).
+At the end it checks the targets:
   - RSS and open fds flat after the warm-up: growth < 5 % over the reports after `--warmup-s`
     (the mean of their last quarter over the mean of their first quarter, printed as a ratio);
   - zero failed good requests; zero 5xx answers to bad requests; no client ever hangs.
@@ -41,6 +43,8 @@ from zerogap.promtext import sum_samples
 
 GROWTH_LIMIT = 0.05
 EJECTIONS = "zerogap_backend_ejections_total"
+POOL_EVENTS = ("leaves the pool", "is healthy again", "comes back")  # the gateway's log lines of them
+MAX_EVENTS_SHOWN = 8  # per report
 
 
 @dataclass
@@ -116,10 +120,30 @@ async def sample(pid: int, url: str, until_s: float, samples: list[tuple[float, 
             await asyncio.sleep(1.0)
 
 
+class PoolEvents:
+    """The pool events in the new whole lines of the gateway's log since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def new(self) -> list[str]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        lines = whole.decode(errors="replace").splitlines()
+        return [line for line in lines if any(event in line for event in POOL_EVENTS)]
+
+
 def write_config(folder: Path, port: int, upstream_ports: list[int]) -> Path:
     path = folder / "config.toml"
     lines = [
-        f'[server]\nport = {port}\napi_key = "{KEY}"\n[gateway]\nkey_store = "keys.db"\n[logging]\nlevel = "error"'
+        f'[server]\nport = {port}\napi_key = "{KEY}"\n[gateway]\nkey_store = "keys.db"\n[logging]\nlevel = "warning"'
     ]
     for i, up in enumerate(upstream_ports):
         lines.append(f'[[backends]]\nname = "up{i}"\nurl = "http://127.0.0.1:{up}"\nmodel = "soak"')
@@ -127,7 +151,7 @@ def write_config(folder: Path, port: int, upstream_ports: list[int]) -> Path:
     return path
 
 
-async def drive(opts: SoakOptions, gateway_pid: int, url: str) -> SoakResult:
+async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvents) -> SoakResult:
     result = SoakResult()
     t0_s = time.monotonic()
     end_s = t0_s + opts.duration_s
@@ -151,6 +175,11 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str) -> SoakResult:
         print(report.line(), flush=True)
         for example in done.examples[:2]:
             print(f"        e.g. {example}", flush=True)
+        pool_events = events.new()
+        for line in pool_events[:MAX_EVENTS_SHOWN]:
+            print(f"        pool: {line}", flush=True)
+        if len(pool_events) > MAX_EVENTS_SHOWN:
+            print(f"        pool: ... and {len(pool_events) - MAX_EVENTS_SHOWN} more", flush=True)
         next_s += opts.report_s
     await clients  # each client ends its last request (bounded by its timeout)
     result.reports[-1].tally.merge(tally)
@@ -218,7 +247,7 @@ def run_soak(opts: SoakOptions) -> SoakResult:
                 gateway = subprocess.Popen(cmd, stdout=err, stderr=err, cwd=repo)
             procs.append(gateway)
             wait_for_port(port, 30, gateway)
-            result = asyncio.run(drive(opts, gateway.pid, f"http://127.0.0.1:{port}"))
+            result = asyncio.run(drive(opts, gateway.pid, f"http://127.0.0.1:{port}", PoolEvents(log)))
         finally:
             for proc in procs:
                 stop_process(proc, 10)

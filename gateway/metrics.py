@@ -130,6 +130,14 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.panic_attempts = Labeled(
+            Counter(
+                "zerogap_panic_attempts",
+                "Attempts sent to a backend out of the pool because none of its model was healthy (panic routing)",
+                ["model", "backend"],
+                registry=r,
+            )
+        )
         self.route = RouteMetrics(r)
         self.tasks = Gauge(
             "zerogap_event_loop_tasks",
@@ -143,6 +151,7 @@ class GatewayMetrics:
         Prometheus's rate() and increase() see their first increment too."""
         for b in router.backends:
             self.retries.labels(b.model, b.name)
+            self.panic_attempts.labels(b.model, b.name)
             for cause in EJECTION_CAUSES:
                 self.ejections.labels(b.model, b.name, cause)
             self.upstream_errors.labels(b.model, b.name, "connect")

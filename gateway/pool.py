@@ -32,28 +32,44 @@ class Backend:
 
 
 class ModelPool:
-    """The backends serving one model name."""
+    """The backends serving one model name.
+
+    Panic routing (`panic`, as Envoy's healthy-panic threshold at its lowest): while no backend
+    of the model is healthy, every backend is a candidate. A health check that failed because a
+    backend answered late (a loaded host, a pause) then costs nothing, and one that is truly down
+    refuses the connection and the request fails as it would have."""
 
     def __init__(
-        self, model: str, backends: list[Backend], policy: str, cache_aware: CacheAwareSection | None = None
+        self,
+        model: str,
+        backends: list[Backend],
+        policy: str,
+        cache_aware: CacheAwareSection | None = None,
+        panic: bool = True,
     ) -> None:
         self.model = model
         self.backends = backends
         self.policy = policy
+        self.panic = panic
         self._next = 0
         self.affinity = PrefixAffinity(cache_aware or CacheAwareSection()) if policy == "cache_aware" else None
 
+    def panicking(self) -> bool:
+        """Whether requests go to backends out of the pool now (panic routing, none healthy)."""
+        return self.panic and not any(b.healthy for b in self.backends)
+
     def choose(self, exclude: Iterable[Backend] = ()) -> Backend | None:
-        """The healthy backend to use, or None. Least load (ties rotate) or round-robin."""
+        """The healthy backend to use (any, when panicking), or None. Least load (ties rotate) or round-robin."""
         skip = set(exclude)
         n = len(self.backends)
         start = self._next
         if not skip:  # a retry does not move the rotation
             self._next = (start + 1) % n
+        panic = self.panicking()
         best: Backend | None = None
         for i in range(n):
             b = self.backends[(start + i) % n]
-            if not b.healthy or b in skip:
+            if not (b.healthy or panic) or b in skip:
                 continue
             if self.policy == "round_robin":
                 return b
@@ -70,12 +86,13 @@ class ModelPool:
         start = self._next
         if not skip:
             self._next = (start + 1) % n
+        panic = self.panicking()
         candidates = []
         for i in range(n):
             b = self.backends[(start + i) % n]
             if not b.healthy:
                 self.affinity.forget(b.name)
-            elif b not in skip:
+            if (b.healthy or panic) and b not in skip:
                 candidates.append(b)
         return self.affinity.route(candidates, hashes)
 
@@ -88,13 +105,17 @@ class Router:
     """All pools, by the model name clients ask for."""
 
     def __init__(
-        self, entries: Iterable[BackendEntry], policy: str, cache_aware: CacheAwareSection | None = None
+        self,
+        entries: Iterable[BackendEntry],
+        policy: str,
+        cache_aware: CacheAwareSection | None = None,
+        panic: bool = True,
     ) -> None:
         self.backends = [Backend.of(e) for e in entries]
         by_model: dict[str, list[Backend]] = {}
         for b in self.backends:
             by_model.setdefault(b.model, []).append(b)
-        self.pools = {m: ModelPool(m, bs, policy, cache_aware) for m, bs in by_model.items()}
+        self.pools = {m: ModelPool(m, bs, policy, cache_aware, panic) for m, bs in by_model.items()}
 
     def ready(self) -> bool:
         return any(b.healthy for b in self.backends)

@@ -68,8 +68,10 @@ class Relay:
 
     async def run(self, exchange: Exchange, pool: ModelPool) -> AsyncGenerator[Reply | bytes | Pipe, None]:
         tried: list[Backend] = []
-        failure = Retry(503, "no_backend", f"No healthy backend serves model {exchange.call.model!r} right now.")
+        no_backend = f"No healthy backend serves model {exchange.call.model!r} right now."
+        failure = Retry(503, "no_backend", no_backend)
         hashes = self._prompt_blocks(exchange.call) if pool.affinity is not None else []
+        panicked = False
         try:
             while len(tried) <= self.settings.max_retries:
                 backend = self._choose(exchange.call, pool, tried, hashes)
@@ -77,6 +79,9 @@ class Relay:
                     break
                 if tried:
                     self.metrics.retries.labels(exchange.call.model, backend.name).inc()
+                if not backend.healthy:  # panic routing: none of the model's backends is healthy
+                    self.metrics.panic_attempts.labels(exchange.call.model, backend.name).inc()
+                    panicked = True
                 tried.append(backend)
                 exchange.backend = backend.name
                 backend.num_inflight += 1
@@ -100,6 +105,8 @@ class Relay:
                 finally:
                     backend.num_inflight -= 1
                     self.flights.close(flight)
+            if panicked and failure.label != "draining":
+                failure = Retry(503, "no_backend", f"{no_backend} Tried anyway: {failure.message}")
             yield self._fail(exchange, failure)
         except (asyncio.CancelledError, GeneratorExit):
             exchange.status = 499

@@ -49,7 +49,7 @@ class Gateway:
         self.config = config
         self.store = open_store(config)
         self.auth = Authenticator(config.server.api_key, self.store)
-        self.router = Router(config.pool(), g.routing, g.cache_aware)
+        self.router = Router(config.pool(), g.routing, g.cache_aware, g.panic_routing)
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
         self.metrics = GatewayMetrics(multiprocess_dir())
         self.metrics.start_at_zero(self.router)

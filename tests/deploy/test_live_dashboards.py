@@ -40,6 +40,7 @@ RAW_SERIES = [
     "zerogap_upstream_errors_total",
     "zerogap_ratelimited_total",
     "zerogap_backend_ejections_total",
+    "zerogap_panic_attempts_total",
     "zerogap_route_decisions_total",
     "zerogap_route_prefix_match_ratio_count",
     *ENGINE_SERIES,

@@ -33,6 +33,7 @@ CONTRACT_METRICS = {
     "zerogap_upstream_errors_total",
     "zerogap_ratelimited_total",
     "zerogap_backend_ejections_total",
+    "zerogap_panic_attempts_total",
     "zerogap_sim_gpu_busy_ratio",
     "zerogap_sim_token_interval_seconds",
     "zerogap_sim_cpu_interval_seconds",

@@ -150,6 +150,10 @@ def test_unhealthy_backends_never_match_and_lose_their_table() -> None:
     assert down is not None and down.backend is not home
     assert pool.affinity.table(home.name).match(hashes) == 0  # its engine's cache is gone
     assert pool.route([a, b], hashes) is None
+    a.healthy = b.healthy = False  # panic routing: every backend is a candidate, none keeps a table
+    for _ in range(2):  # a down backend's cache is unknown: no affinity to it
+        panic = pool.route([], hashes)
+        assert panic is not None and panic.reason == NO_MATCH
 
 
 def test_the_metrics_count_decisions_and_report_table_memory() -> None:

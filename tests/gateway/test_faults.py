@@ -10,6 +10,8 @@ import asyncio
 import signal
 import time
 
+import pytest
+
 from backends.sim.testing import run_sim_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.faults import Proc, mute_listener, one, resume_and_stop, session, stream_body, upstream_process
@@ -168,18 +170,48 @@ async def test_least_load_sends_less_to_a_backend_5x_slower(tmp_path) -> None:
     assert share < 0.3, f"the 5x slower backend got {share:.0%} of {len(a.requests) + len(b.requests)} requests"
 
 
-async def test_waiters_with_nowhere_else_to_go_stay(tmp_path) -> None:
+@pytest.mark.parametrize("panic", [True, False])
+async def test_waiters_with_nowhere_else_to_go_stay(tmp_path, panic: bool) -> None:
     """A backend that fails its health check while the only one (an overloaded host answers
-    /health late): requests waiting there keep waiting rather than fail; new ones get 503."""
+    /health late): requests waiting there keep waiting rather than fail. New ones go there too
+    (panic routing), or, with panic_routing = false, get 503 at once."""
+    settings = {**FAST, "panic_routing": panic}
     with UpstreamServer(Behavior(ttft_s=1.0), model="m") as only:
-        with GatewayServer(make_config(tmp_path, [("a", only.url, "m")], FAST)) as gs:
+        with GatewayServer(make_config(tmp_path, [("a", only.url, "m")], settings)) as gs:
             a = gs.gw.router.backends[0]
             async with session() as s:
                 tasks = [asyncio.create_task(one(s, gs.url, stream_body(4))) for _ in range(4)]
                 assert await wait_until(lambda: a.num_inflight == 4, 5)
                 only.behavior.healthy = False
                 assert await wait_until(lambda: not a.healthy, 3)
-                refused = await one(s, gs.url, stream_body(4))
+                late = await one(s, gs.url, stream_body(4))
                 seen = await asyncio.gather(*tasks)
+                _, text = await get(gs.url + "/metrics")
     assert all(r.finished for r in seen)
-    assert refused.status == 503 and "No healthy backend" in (refused.error or {}).get("message", "")
+    assert metric(text, "zerogap_panic_attempts_total", backend="a") == (1 if panic else 0)
+    if panic:
+        assert late.finished and late.status == 200 and len(only.requests) == 5
+    else:
+        assert late.status == 503 and "No healthy backend" in (late.error or {}).get("message", "")
+        assert len(only.requests) == 4
+
+
+async def test_panic_routing_to_backends_that_are_down_ends_in_a_clear_503(tmp_path) -> None:
+    """Panic routing with every backend down: each refuses the connection at once, and the client
+    gets 503 naming the model and the last error, in well under a second."""
+    with UpstreamServer(model="m") as x, UpstreamServer(model="m") as y:
+        x.stop()
+        y.stop()
+        config = make_config(tmp_path, [("x", x.url, "m"), ("y", y.url, "m")], FAST)
+        with GatewayServer(config) as gs:
+            assert await wait_until(lambda: not gs.gw.router.ready(), 3)
+            async with session() as s:
+                t0_s = time.monotonic()
+                refused = await one(s, gs.url, stream_body(4))
+                took_s = time.monotonic() - t0_s
+                _, text = await get(gs.url + "/metrics")
+    message = (refused.error or {}).get("message", "")
+    assert refused.status == 503 and "No healthy backend serves model 'm'" in message, refused
+    assert "Tried anyway: Backend" in message and "failed" in message, message
+    assert took_s < 0.5 + MARGIN_S
+    assert sum(metric(text, "zerogap_panic_attempts_total", backend=b) for b in "xy") == 2

@@ -1,4 +1,4 @@
-"""gateway/pool.py: the backend each policy chooses."""
+"""gateway/pool.py: the backend each policy chooses, and panic routing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,25 @@ def test_least_load_and_round_robin_choices() -> None:
     assert pool.choose([b]) is c
     b.healthy = False
     assert pool.choose() is c
-    rr = ModelPool("m", [a, b, c], "round_robin")
+    rr = ModelPool("m", [a, b, c], "round_robin", panic=False)
     assert [rr.choose() for _ in range(4)] == [a, c, c, a]  # b is down; rotation goes on
     a.healthy = c.healthy = False
     assert rr.choose() is None
+
+
+def test_panic_routing_uses_every_backend_while_none_is_healthy() -> None:
+    a, b, c = Backend("a", "u", "m"), Backend("b", "u", "m"), Backend("c", "u", "m")
+    pool = ModelPool("m", [a, b, c], "least_load")
+    a.num_reported, b.num_reported, c.num_reported = 5, 1, 2
+    b.healthy = False
+    assert not pool.panicking() and pool.choose() is c  # one healthy: no panic, b stays out
+    a.healthy = c.healthy = False
+    assert pool.panicking()
+    assert pool.choose() is b  # least load among all of them
+    assert pool.choose([b]) is c and pool.choose([a, b, c]) is None  # a retry still goes elsewhere
+    rr = ModelPool("m", [a, b, c], "round_robin")
+    assert [rr.choose() for _ in range(4)] == [a, b, c, a]
+    a.healthy = True
+    assert not pool.panicking() and pool.choose() is a and pool.choose([a]) is None
+    off = ModelPool("m", [b, c], "least_load", panic=False)
+    assert not off.panicking() and off.choose() is None

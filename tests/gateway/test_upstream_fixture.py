@@ -111,6 +111,16 @@ async def test_client_disconnect_is_recorded_and_restart_on_same_port() -> None:
         assert status == 200
 
 
+async def test_keep_requests_bounds_the_record() -> None:
+    """A long soak's record is bounded: between keep_requests and twice that, the newest last."""
+    with UpstreamServer(model="m", keep_requests=3) as up:
+        for i in range(10):
+            status, _ = await post(up.url + "/v1/completions", {"model": "m", "prompt": f"p{i}", "max_tokens": 1})
+            assert status == 200
+            assert len(up.requests) <= 5
+    assert len(up.requests) >= 3 and up.requests[-1].body["prompt"] == "p9"
+
+
 def test_runs_as_its_own_process() -> None:
     port = free_port()
     proc = subprocess.Popen(

@@ -54,6 +54,11 @@ class GatewaySection(Section):
         30.0, gt=0, description="first ejection's length; each repeat doubles it (up to outlier_max_ejection_s)"
     )
     outlier_max_ejection_s: float = Field(300.0, gt=0, description="the longest ejection")
+    panic_routing: bool = Field(
+        True,
+        description="while no backend of a model passes its health check, send its requests to all of them"
+        " (one that is down refuses them, and the client gets 503) rather than answer 503 at once",
+    )
     drain_timeout_s: float = Field(
         30.0, ge=0, description="on SIGTERM, streams in flight may finish for this long; the rest then end"
     )
