@@ -10,7 +10,7 @@ and bad requests (not JSON, no model, unknown model, bad key, wrong Content-Type
 Every `--report-s` it prints the gateway's RSS, open fds and asyncio tasks (medians of 1 s
 samples), the backends it took out of the pool (zerogap_backend_ejections_total, all causes),
 and the good streams' TTFT p50/p99; under the line, the gateway's log lines of backends leaving
-and rejoining the pool in that interval (the gateway logs at level warning).
+and rejoining the pool in that interval (the gateway logs at level info, no access log).
 At the end it checks the targets:
   - RSS and open fds flat after the warm-up: growth < 5 % over the reports after `--warmup-s`
     (the mean of their last quarter over the mean of their first quarter, printed as a ratio);
@@ -143,7 +143,7 @@ class PoolEvents:
 def write_config(folder: Path, port: int, upstream_ports: list[int]) -> Path:
     path = folder / "config.toml"
     lines = [
-        f'[server]\nport = {port}\napi_key = "{KEY}"\n[gateway]\nkey_store = "keys.db"\n[logging]\nlevel = "warning"'
+        f'[server]\nport = {port}\napi_key = "{KEY}"\n[gateway]\nkey_store = "keys.db"\n[logging]\nlevel = "info"'
     ]
     for i, up in enumerate(upstream_ports):
         lines.append(f'[[backends]]\nname = "up{i}"\nurl = "http://127.0.0.1:{up}"\nmodel = "soak"')

@@ -2,7 +2,10 @@
 once, without waiting for the next health check.
 
 Failures are connect errors, connections reset (before or during a stream) and 5xx answers; any
-answer that starts well resets the count. An ejected backend stays out for a base time that
+answer that starts well resets the count: a 200 counts when its headers come, as a 5xx does
+(not at the first token: a burst of fast 5xx would otherwise always beat the streams' successes
+to the count, and a backend back from an ejection, which least load sends a burst, would leave
+again at once). An ejected backend stays out for a base time that
 doubles on each repeat (30, 60, 120, 240, 300 s by default) and comes back at the first health
 check that passes after it. A backend that has stayed in the pool for the longest ejection time
 starts again from the base time. The last healthy backend of a model is never ejected (a

@@ -161,6 +161,8 @@ class Relay:
                 try:
                     body = exchange.call.body_for(backend.upstream_model)
                     resp = await self.client.post(backend.url + exchange.call.path, body, headers)
+                    if resp.status == 200:  # a good start for the outlier rule, as a 5xx is a bad one:
+                        self.outlier.success(backend)  # both are known when the headers come
                     try:
                         if resp.status != 200 or not exchange.call.stream:
                             return resp, await resp.read_all()
@@ -197,7 +199,6 @@ class Relay:
             if not first:
                 resp.close()
                 raise Retry(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
-            self.outlier.success(backend)
             return None
         if status in RETRY_STATUSES:
             resp.close()

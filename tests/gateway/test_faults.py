@@ -140,6 +140,27 @@ async def test_three_503s_eject_at_once_for_a_doubling_time(tmp_path) -> None:
     assert 1.1 < held_s[1] < 1.2 + 0.1 + MARGIN_S / 2, held_s  # doubled on the repeat
 
 
+async def test_a_stream_counts_as_a_good_start_when_its_headers_come(tmp_path) -> None:
+    """For the outlier rule a 200 is a success when its headers come, as a 5xx is a failure then:
+    a stream waiting for its first token (1 s) between fast 500s breaks their run."""
+    settings = {**FAST, "routing": "round_robin", "max_retries": 0, "health_interval_s": 60}
+    with UpstreamServer(Behavior(ttft_s=1.0), model="m") as slow, UpstreamServer(model="m") as fast:
+        config = make_config(tmp_path, [("a", slow.url, "m"), ("b", fast.url, "m")], settings)
+        with GatewayServer(config) as gs:
+            a = gs.gw.router.backends[0]
+            fail = stream_body(2, fixture={"fail_status": 500})
+            async with session() as s:
+                seen = [await one(s, gs.url, fail) for _ in range(4)]  # a, b, a, b: two in a row at a
+                waiting = asyncio.create_task(one(s, gs.url, stream_body(2)))  # a: headers now, tokens in 1 s
+                assert await wait_until(lambda: len(slow.requests) == 3, 2)
+                await asyncio.sleep(0.3)  # its headers reach the gateway
+                seen.append(await one(s, gs.url, stream_body(2)))  # b
+                seen.append(await one(s, gs.url, fail))  # a: a third failure, but not in a row
+                assert a.healthy
+                streamed = await waiting
+    assert [r.status for r in seen] == [502] * 4 + [200, 502] and streamed.finished
+
+
 async def test_the_last_healthy_backend_is_never_ejected(tmp_path) -> None:
     with UpstreamServer(Behavior(fail_status=503, num_failures=4), model="m") as only:
         config = make_config(tmp_path, [("a", only.url, "m")], {**FAST, "max_retries": 0})
