@@ -142,9 +142,7 @@ class PoolEvents:
 
 def write_config(folder: Path, port: int, upstream_ports: list[int]) -> Path:
     path = folder / "config.toml"
-    lines = [
-        f'[server]\nport = {port}\napi_key = "{KEY}"\n[gateway]\nkey_store = "keys.db"\n[logging]\nlevel = "info"'
-    ]
+    lines = [f'[server]\nport = {port}\napi_key = "{KEY}"\n[gateway]\nkey_store = "keys.db"\n[logging]\nlevel = "info"']
     for i, up in enumerate(upstream_ports):
         lines.append(f'[[backends]]\nname = "up{i}"\nurl = "http://127.0.0.1:{up}"\nmodel = "soak"')
     path.write_text("\n".join(lines) + "\n")
