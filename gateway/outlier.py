@@ -1,15 +1,17 @@
 """Passive outlier detection: a backend whose requests fail N times in a row leaves the pool at
 once, without waiting for the next health check.
 
-Failures are connect errors, connections reset (before or during a stream) and 5xx answers; any
-answer that starts well resets the count: a 200 counts when its headers come, as a 5xx does
-(not at the first token: a burst of fast 5xx would otherwise always beat the streams' successes
-to the count, and a backend back from an ejection, which least load sends a burst, would leave
-again at once). An ejected backend stays out for a base time that
-doubles on each repeat (30, 60, 120, 240, 300 s by default) and comes back at the first health
-check that passes after it. A backend that has stayed in the pool for the longest ejection time
-starts again from the base time. The last healthy backend of a model is never ejected (a
-failing backend still beats a 503 for everyone).
+Failures are connect errors, connections reset (before or during a stream) and 5xx answers.
+Each counts when it happens, and so do successes, so that one kind of event cannot always win
+the race to the count: a 200 counts when its headers come (as a 5xx does; not at the first
+token, which can take seconds), and a stream that ends well counts again when it ends (as a
+break does). Otherwise, when least load sends every new request to a backend back from an
+ejection, the other hears only the breaks of its streams in flight and leaves at once.
+
+An ejected backend stays out for a base time that doubles on each repeat (30, 60, 120, 240,
+300 s by default) and comes back at the first health check that passes after it. A backend that
+has stayed in the pool for the longest ejection time starts again from the base time. The last
+healthy backend of a model is never ejected (a failing backend still beats a 503 for everyone).
 """
 
 from __future__ import annotations

@@ -261,6 +261,7 @@ class Relay:
                     raise error
                 finally:
                     del error  # the traceback holds this frame: no reference cycle through it
+            self.outlier.success(flight.backend)  # it ended well: as a break counts when it comes, so does this
             rest = filt.rest()
             if rest:
                 yield rest

@@ -161,6 +161,27 @@ async def test_a_stream_counts_as_a_good_start_when_its_headers_come(tmp_path) -
     assert [r.status for r in seen] == [502] * 4 + [200, 502] and streamed.finished
 
 
+async def test_a_stream_that_ends_well_breaks_a_run_of_broken_streams(tmp_path) -> None:
+    """A stream that ends well counts as a success when it ends, as a break counts then. Four
+    streams start at a at once (each a good start); two break at 0.25 s, one ends well at 1 s, the
+    last breaks at 1.5 s: three breaks, but not in a row."""
+    settings = {**FAST, "routing": "round_robin", "max_retries": 0, "health_interval_s": 60}
+    with UpstreamServer(Behavior(interval_s=0.05), model="m") as up_a, UpstreamServer(model="m") as up_b:
+        config = make_config(tmp_path, [("a", up_a.url, "m"), ("b", up_b.url, "m")], settings)
+        with GatewayServer(config) as gs:
+            a = gs.gw.router.backends[0]
+            bodies = [stream_body(20)] + [stream_body(40, fixture={"close_after_tokens": n}) for n in (5, 5, 30)]
+            async with session() as s:
+                at_a = []
+                for i, body in enumerate(bodies):  # round robin: a, b, a, b, ...
+                    at_a.append(asyncio.create_task(one(s, gs.url, body)))
+                    assert await wait_until(lambda i=i: len(up_a.requests) == i + 1, 2)
+                    assert (await one(s, gs.url, stream_body(2))).finished  # b
+                seen = await asyncio.gather(*at_a)
+                assert a.healthy
+    assert [r.finished for r in seen] == [True, False, False, False]
+
+
 async def test_the_last_healthy_backend_is_never_ejected(tmp_path) -> None:
     with UpstreamServer(Behavior(fail_status=503, num_failures=4), model="m") as only:
         config = make_config(tmp_path, [("a", only.url, "m")], {**FAST, "max_retries": 0})
