@@ -20,7 +20,7 @@ from gateway.flights import Flight, Flights
 from gateway.idle import IdleWatch
 from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
-from gateway.outlier import OutlierDetector
+from gateway.outlier import OutlierDetector, RequestFailures
 from gateway.pipe import Pipe
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
@@ -72,6 +72,7 @@ class Relay:
         failure = Retry(503, "no_backend", no_backend)
         hashes = self._prompt_blocks(exchange.call) if pool.affinity is not None else []
         panicked = False
+        failures = self.outlier.for_request()
         try:
             while len(tried) <= self.settings.max_retries:
                 backend = self._choose(exchange.call, pool, tried, hashes)
@@ -92,10 +93,11 @@ class Relay:
                         answer = self._answer(exchange, backend, resp, first)
                     except Retry as exc:
                         failure = bare(exc)
-                        self._upstream_error(exchange, backend, exc)
+                        self._upstream_error(exchange, backend, exc, failures)
                         if exc.final:
                             break
                         continue
+                    failures.served()
                     if answer is not None:
                         yield answer
                     else:
@@ -105,6 +107,7 @@ class Relay:
                 finally:
                     backend.num_inflight -= 1
                     self.flights.close(flight)
+            failures.unserved(len(tried))
             if panicked and failure.label != "draining":
                 failure = Retry(503, "no_backend", f"{no_backend} Tried anyway: {failure.message}")
             yield self._fail(exchange, failure)
@@ -127,13 +130,13 @@ class Relay:
         self.metrics.route.observe(call.model, route)
         return route.backend
 
-    def _upstream_error(self, exchange: Exchange, backend: Backend, exc: Retry) -> None:
+    def _upstream_error(self, exchange: Exchange, backend: Backend, exc: Retry, failures: RequestFailures) -> None:
         if exc.label == "draining":
             return
         self.metrics.upstream_errors.labels(exchange.call.model, backend.name, str(exc.label)).inc()
         log.warning("backend %s failed before the first byte (%s): %s", backend.name, exc.label, exc.message)
         if exc.label in OUTLIER_LABELS:
-            self.outlier.failure(backend, exc.label)
+            failures.failed(backend, exc.label)
         if exc.label == "connect":  # out of the pool until the next health check says otherwise
             self.flights.take_out(backend, f"connection refused ({exc.message})", "connect")
 

@@ -140,6 +140,27 @@ async def test_three_503s_eject_at_once_for_a_doubling_time(tmp_path) -> None:
     assert 1.1 < held_s[1] < 1.2 + 0.1 + MARGIN_S / 2, held_s  # doubled on the repeat
 
 
+async def test_requests_that_fail_on_every_backend_eject_none(tmp_path) -> None:
+    """A 5xx counts against a backend once another backend served the request: requests that get
+    500 everywhere (a prompt that crashes the engine) eject nothing, however many; the same 500s
+    from one backend alone, served by the other, eject it at the third."""
+    settings = {**FAST, "routing": "round_robin", "health_interval_s": 60}
+    with UpstreamServer(model="m") as up_a, UpstreamServer(model="m") as up_b:
+        config = make_config(tmp_path, [("a", up_a.url, "m"), ("b", up_b.url, "m")], settings)
+        with GatewayServer(config) as gs:
+            a, b = gs.gw.router.backends
+            poison = stream_body(2, fixture={"fail_status": 500})
+            async with session() as s:
+                seen = [await one(s, gs.url, poison) for _ in range(6)]
+                assert a.healthy and b.healthy
+                assert len(up_a.requests) == len(up_b.requests) == 6  # each tried both
+                up_a.behavior.fail_status, up_a.behavior.num_failures = 500, 3
+                served = [await one(s, gs.url, stream_body(2)) for _ in range(6)]
+                assert not a.healthy and b.healthy
+    assert [r.status for r in seen] == [502] * 6
+    assert all(r.finished for r in served)
+
+
 async def test_a_stream_counts_as_a_good_start_when_its_headers_come(tmp_path) -> None:
     """For the outlier rule a 200 is a success when its headers come, as a 5xx is a failure then:
     a stream waiting for its first token (1 s) between fast 500s breaks their run."""

@@ -52,3 +52,53 @@ def test_failures_in_a_row_eject_and_a_good_spell_starts_over(monkeypatch) -> No
     for _ in range(3):
         det.failure(a, "500")
     assert det.held_s(a) == 30
+
+
+def test_a_5xx_counts_once_another_backend_served_the_request(monkeypatch) -> None:
+    det, (a, b), taken = detector(monkeypatch, [1000.0])
+    for _ in range(5):  # the request got 500 from a and from b: neither counts
+        failures = det.for_request()
+        failures.failed(a, "500")
+        failures.failed(b, "500")
+        failures.unserved(2)
+    assert a.healthy and b.healthy and not taken
+    for _ in range(2):  # a alone could be tried: its 500 counts
+        failures = det.for_request()
+        failures.failed(a, "503")
+        failures.unserved(1)
+    failures = det.for_request()
+    failures.failed(a, "500")
+    assert a.healthy  # not yet: the request is still out
+    failures.served()  # b served it: the third in a row
+    assert not a.healthy and "last: 500" in taken[0]
+    a.healthy = True  # its health check passed
+    connect = det.for_request()
+    for _ in range(3):
+        connect.failed(b, "connect")  # a connect error counts at once, whatever the request's outcome
+    assert not b.healthy and "last: connect" in taken[1]
+
+
+def test_a_run_is_judged_in_the_order_its_events_happened(monkeypatch) -> None:
+    det, (a, _), taken = detector(monkeypatch, [1000.0])
+    held = [det.failure(a, "503", pending=True) for _ in range(3)]  # three 5xx, their requests still out
+    for _ in range(3):
+        det.success(a)  # then successes: they came after the run
+    for event in held[:2]:
+        assert event is not None
+        det.settle(a, event, counts=True)
+    assert a.healthy
+    assert held[2] is not None
+    det.settle(a, held[2], counts=True)  # the third is confirmed: three in a row, before the successes
+    assert not a.healthy and "last: 503" in taken[0]
+
+
+def test_a_pardoned_5xx_leaves_the_run_around_it(monkeypatch) -> None:
+    det, (a, _), taken = detector(monkeypatch, [1000.0])
+    det.failure(a, "connect")
+    pardoned = det.failure(a, "500", pending=True)
+    det.failure(a, "broken")
+    assert pardoned is not None
+    det.settle(a, pardoned, counts=False)  # its request failed everywhere: not a's fault
+    assert a.healthy and not taken
+    det.failure(a, "connect")  # connect, broken, connect: three in a row
+    assert not a.healthy and "last: connect" in taken[0]
