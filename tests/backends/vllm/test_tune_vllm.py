@@ -49,8 +49,17 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
     assert sorted(c["settings"]["scheduler.max_num_seqs"] for c in candidates) == [2, 16]
     assert all(c["output_tps"] > 0 and c["goodput_rps"] > 0 for c in candidates)
     (capped,) = [c for c in candidates if c["settings"]["scheduler.max_num_seqs"] == 2]
-    assert capped["limit"] == "batch_cap", (capped["evidence"], capped["steps"])
     assert "of a cap of 2, waiting" in capped["evidence"]  # the cap tune started vLLM with
+    (step,) = json.loads((Path(capped["run_dir"]) / "report.json").read_text())["steps"]
+    engine = step["backend"]  # the harness's reading of vLLM's /metrics in the measured window
+    assert engine["running_max"] <= 2, engine  # the cap was in force
+    # On these 2 cores vLLM's API server, which streams every token, can be the bottleneck rather
+    # than its engine: then the engine holds no queue (two clean-clone runs read running 0.8,
+    # waiting 0.4) and "none" is the truth. When the engine holds a queue the cap must be named.
+    if engine["waiting_mean"] >= 1.0:
+        assert capped["limit"] == "batch_cap", (capped["evidence"], capped["steps"])
+    else:
+        assert capped["limit"] != "batch_cap", (capped["evidence"], capped["steps"])
     assert "[2/2] max_num_seqs=16" in run.stdout and "best: max_num_seqs=" in run.stdout
     # The launcher's "in force" table: the candidate's setting reached vLLM.
     assert re.search(r"\[scheduler\]\.max_num_seqs\s+2\s", (out / "candidate1" / "pool" / "supervisor.log").read_text())
