@@ -49,6 +49,12 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
     assert sorted(c["settings"]["scheduler.max_num_seqs"] for c in candidates) == [2, 16]
     assert all(c["output_tps"] > 0 and c["goodput_rps"] > 0 for c in candidates)
     (capped,) = [c for c in candidates if c["settings"]["scheduler.max_num_seqs"] == 2]
+    assert "[2/2] max_num_seqs=16" in run.stdout and "best: max_num_seqs=" in run.stdout
+    # The launcher's "in force" table: the candidate's setting reached vLLM.
+    assert re.search(r"\[scheduler\]\.max_num_seqs\s+2\s", (out / "candidate1" / "pool" / "supervisor.log").read_text())
+    if capped["limit"] == "errors":  # vLLM on 2 shared cores once dropped 2 of 83 connections
+        assert "requests failed" in capped["evidence"], capped["evidence"]
+        return
     assert "of a cap of 2, waiting" in capped["evidence"]  # the cap tune started vLLM with
     (step,) = json.loads((Path(capped["run_dir"]) / "report.json").read_text())["steps"]
     engine = step["backend"]  # the harness's reading of vLLM's /metrics in the measured window
@@ -60,6 +66,3 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
         assert capped["limit"] == "batch_cap", (capped["evidence"], capped["steps"])
     else:
         assert capped["limit"] != "batch_cap", (capped["evidence"], capped["steps"])
-    assert "[2/2] max_num_seqs=16" in run.stdout and "best: max_num_seqs=" in run.stdout
-    # The launcher's "in force" table: the candidate's setting reached vLLM.
-    assert re.search(r"\[scheduler\]\.max_num_seqs\s+2\s", (out / "candidate1" / "pool" / "supervisor.log").read_text())
