@@ -33,6 +33,7 @@ class Principal:
     rpm: int | None = None
     tpm: int | None = None
     expires_at: float | None = None
+    max_concurrency: int | None = None  # requests of this key in flight at once (None: no cap)
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -40,7 +41,7 @@ class Principal:
 
 def _principal(record: KeyRecord) -> Principal:
     models = frozenset(record.models) if record.models is not None else None
-    return Principal(record.name, models, record.rpm, record.tpm, record.expires_at)
+    return Principal(record.name, models, record.rpm, record.tpm, record.expires_at, record.max_concurrency)
 
 
 def unauthorized(message: str) -> ApiError:

@@ -35,6 +35,7 @@ class KeyRecord:
     created_at: float
     expires_at: float | None
     revoked_at: float | None
+    max_concurrency: int | None = None
 
     def status(self, now: float) -> str:
         if self.revoked_at is not None:

@@ -17,7 +17,7 @@ from zerogap.net import free_port
 
 
 def test_the_articles_config_toml_is_valid_as_written() -> None:
-    config = load_config(ARTICLE / "config.toml", env={"TAOTOKEN_API_KEY": "sk-x"})
+    config = load_config(ARTICLE / "config.toml", env={"TAOTOKEN_API_KEY": "sk-article-test-key-01"})
     assert config.engine.tensor_parallel_size == 4
     assert config.token_interval.overlap_token_interval is True and config.token_interval.async_scheduling is True
     logs = config.logging

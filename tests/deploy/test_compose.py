@@ -76,8 +76,8 @@ def test_bind_mounts_exist(compose: dict[str, Any]) -> None:
 
 
 def test_gateway_config_in_compose_loads_and_matches_the_replicas(compose: dict[str, Any]) -> None:
-    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
-    assert config.server.api_key == "sk-test"
+    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test-unified-key-0001"})
+    assert config.server.api_key == "sk-test-unified-key-0001"
     replicas = {name for name in compose["services"] if name.startswith("vllm-")}
     assert {b.name for b in config.backends} == replicas
     assert {b.url for b in config.backends} == {f"http://{name}:8000" for name in replicas}
@@ -111,7 +111,7 @@ def test_flag_comparison_can_fail() -> None:
 
 
 def test_gateway_workers_share_postgres_and_redis(compose: dict[str, Any]) -> None:
-    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
+    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test-unified-key-0001"})
     assert config.gateway.database_url == "postgresql://zerogap:zerogap@postgres:5432/zerogap"
     assert config.gateway.redis_url == "redis://redis:6379/0"
     services = compose["services"]

@@ -17,7 +17,11 @@ from tests.deploy.paths import K8S, load_yaml
 from zerogap.config.loader import parse_config
 
 K8S_VERSION = kv.latest_version()
-SECRETS = {"TAOTOKEN_API_KEY": "sk-test", "ZEROGAP_ADMIN_KEY": "admin-test", "POSTGRES_PASSWORD": "pw"}
+SECRETS = {
+    "TAOTOKEN_API_KEY": "sk-test-unified-key-0001",
+    "ZEROGAP_ADMIN_KEY": "admin-test-key-000001",
+    "POSTGRES_PASSWORD": "pw",
+}
 
 
 def documents() -> list[dict[str, Any]]:
@@ -126,7 +130,7 @@ def test_gateway_replicas_share_keys_in_postgres_and_serve_with_workers() -> Non
     text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
     config = parse_config(text, "k8s config.toml", env=SECRETS)
     assert config.gateway.database_url == "postgresql://zerogap:pw@postgres.zerogap.svc:5432/zerogap"
-    assert config.server.admin_key == "admin-test"
+    assert config.server.admin_key == "admin-test-key-000001"
     gateway = find("Deployment", "zerogap-gateway")
     c = container(gateway)
     assert int(c["command"][c["command"].index("--workers") + 1]) >= 2

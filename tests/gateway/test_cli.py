@@ -111,7 +111,7 @@ def test_gateway_serves_and_keeps_secrets_out_of_logs_metrics_and_upstream(tmp_p
 
 def test_port_in_use_is_a_clear_error(tmp_path, clean_env) -> None:
     with UpstreamServer(model="m") as up:
-        path = write_config(tmp_path, up.port, up.url, api_key="x")  # the upstream holds the port
+        path = write_config(tmp_path, up.port, up.url, api_key="x" * 16)  # the upstream holds the port
         proc = subprocess.run(zerogap_cmd("gateway", "--config", str(path)), capture_output=True, env=clean_env,
                               timeout=30)  # fmt: skip
     assert proc.returncode != 0 and b"could not serve" in proc.stderr and b"Traceback" not in proc.stderr

@@ -18,7 +18,7 @@ from tests.gateway.processes import GatewayProcess, call, chat, write_config
 from tests.support import zerogap_cmd
 from zerogap.net import free_port
 
-ADMIN = "admin-shared-77"
+ADMIN = "admin-shared-key-77"
 NUM_TOKENS = 16  # the fixture upstream's completion length; 3 prompt tokens per request ("a b c")
 Pair = tuple[GatewayProcess, GatewayProcess]
 

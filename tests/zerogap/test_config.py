@@ -11,8 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_config_loads_with_key_from_env() -> None:
-    config = load_config(REPO / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test"})
-    assert config.server.api_key == "sk-test"
+    config = load_config(REPO / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test-unified-key-0001"})
+    assert config.server.api_key == "sk-test-unified-key-0001"
     assert config.server.port == 8000
     pool = config.pool()
     assert [b.url for b in pool] == ["http://127.0.0.1:8100"]
@@ -33,8 +33,8 @@ def test_missing_env_var_tolerated_when_not_strict() -> None:
 
 
 def test_env_default_syntax() -> None:
-    config = parse_config('[server]\napi_key = "${K:-fallback}"', env={})
-    assert config.server.api_key == "fallback"
+    config = parse_config('[server]\napi_key = "${K:-fallback-key-0000000}"', env={})
+    assert config.server.api_key == "fallback-key-0000000"
 
 
 @pytest.mark.parametrize(

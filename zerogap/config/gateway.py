@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, HttpUrl, field_validator
+from pydantic import Field, HttpUrl, field_validator, model_validator
 
 from zerogap.config.base import Section
 from zerogap.config.routing import CacheAwareSection
+
+MIN_SECRET_CHARS = 16
 
 
 class ServerSection(Section):
@@ -16,12 +18,41 @@ class ServerSection(Section):
     api_key: str = Field("", description="the unified key clients send as Bearer; may be ${TAOTOKEN_API_KEY}")
     base_url: str = Field("http://127.0.0.1:8000/api", description="clients call {base_url}/v1/...")
     admin_key: str = Field("", description="enables the admin API (/admin/...) for this Bearer key; may be ${VAR}")
+    metrics_key: str = Field(
+        "", description="when set, GET /metrics and the backend detail of GET /ready need this Bearer key"
+    )
+    max_header_bytes: int = Field(
+        32 * 1024, ge=1024, le=1024 * 1024, description="request line + headers; larger: 431 and the connection closed"
+    )
+    header_timeout_s: float = Field(30.0, gt=0, description="a request's headers must be complete within this long")
+    body_timeout_s: float = Field(60.0, gt=0, description="a request's body must be complete within this long (408)")
+    max_connections: int = Field(
+        10_000, ge=1, description="open client connections per gateway process; beyond it: 503"
+    )
 
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
         HttpUrl(value)  # raises with a clear message on a bad URL
         return value
+
+    @field_validator("api_key", "admin_key", "metrics_key")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        if value and len(value) < MIN_SECRET_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_SECRET_CHARS} characters (got {len(value)}); "
+                "make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ServerSection:
+        if self.admin_key and self.admin_key == self.api_key:
+            raise ValueError("admin_key must differ from api_key (the admin key manages every tenant's keys)")
+        if self.metrics_key and self.metrics_key in (self.api_key, self.admin_key):
+            raise ValueError("metrics_key must differ from api_key and admin_key")
+        return self
 
 
 class GatewaySection(Section):
@@ -66,6 +97,34 @@ class GatewaySection(Section):
     database_url: str | None = Field(
         None, description="postgresql://user@host:port/db: keys and usage shared by every gateway process"
     )
+
+    default_max_tokens: int = Field(
+        4096, ge=1, description="completion tokens reserved (and asked upstream) when a request names no max_tokens"
+    )
+    max_tokens_limit: int | None = Field(
+        None, ge=1, description="a request asking for more completion tokens than this gets 400; absent: no limit"
+    )
+    drop_body_fields: list[str] = Field(
+        default_factory=lambda: ["priority"],
+        description="request body fields removed before the request goes upstream (priority: vLLM's queue order)",
+    )
+    on_store_down: Literal["serve_cached", "refuse"] = Field(
+        "serve_cached",
+        description="key store unreachable: keep serving the keys loaded before, or refuse virtual keys (503)",
+    )
+    on_redis_down: Literal["local", "refuse"] = Field(
+        "local", description="Redis unreachable: count limits in this process only, or refuse limited keys (503)"
+    )
+    concurrency_lease_s: float = Field(
+        5.0, gt=0, le=300, description="a concurrency slot held by a process that died is freed after this long"
+    )
+    auth_failures_limit: int = Field(
+        20,
+        ge=0,
+        description="failed authentications from one client address within auth_failure_window_s "
+        "before it gets 429 for that long; 0 = off",
+    )
+    auth_failure_window_s: float = Field(10.0, gt=0)
 
     @field_validator("database_url")
     @classmethod
