@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.admin import admin_routes
-from gateway.asgi import ASGIApp, header
+from gateway.asgi import ASGIApp, client_host, header
 from gateway.errors import ApiError, error_body
 from gateway.middleware import ErrorShield, FastPath
 from gateway.proxy import Completions
@@ -57,7 +57,7 @@ async def metrics(request: Request) -> Response:
 async def models(request: Request) -> Response:
     gw = _gw(request)
     try:
-        who = await gw.auth.authenticate(header(request.scope, b"authorization"))
+        who = await gw.auth.authenticate(header(request.scope, b"authorization"), client_host(request.scope))
     except ApiError as exc:
         return _error(exc)
     data = [

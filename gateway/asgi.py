@@ -25,6 +25,12 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+def client_host(scope: Scope) -> str | None:
+    """The client's address (host only), as the server saw it."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
+
+
 async def read_body(receive: Receive, scope: Scope, max_bytes: int) -> bytes:
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:

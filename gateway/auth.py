@@ -104,7 +104,8 @@ class Authenticator:
                     log.warning("key store reachable again")
                 self._failing = False
 
-    async def authenticate(self, authorization: bytes | None) -> Principal:
+    async def authenticate(self, authorization: bytes | None, client: str | None = None) -> Principal:
+        """The caller of a request with this Authorization header, from the address `client`."""
         if authorization is None:
             raise unauthorized("Missing API key. Send the header 'Authorization: Bearer <your key>'.")
         scheme, _, token = authorization.partition(b" ")

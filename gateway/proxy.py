@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from gateway.asgi import ClientGone, Receive, Scope, Send, header, read_body, send_error
+from gateway.asgi import ClientGone, Receive, Scope, Send, client_host, header, read_body, send_error
 from gateway.errors import ApiError
 from gateway.exchange import SSE_HEADERS, Exchange, Reply
 from gateway.limits import estimate_tokens
@@ -64,7 +64,7 @@ class Completions:
     ) -> tuple[Exchange, ModelPool]:
         if scope["method"] != "POST":
             raise method_not_allowed("POST")
-        who = await gw.auth.authenticate(header(scope, b"authorization"))
+        who = await gw.auth.authenticate(header(scope, b"authorization"), client_host(scope))
         labels["key"] = who.name
         _check_content_type(scope)
         raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)

@@ -24,6 +24,7 @@ class Call:
     stream: bool
     client_wants_usage: bool
     max_tokens: int | None
+    client_wants_continuous_usage: bool = False  # usage on every chunk (stream_options.continuous_usage_stats)
     budget_tokens: int = 0  # completion tokens reserved against tpm: (max_tokens or the default) x n
     _encoded: bytes | None = None
     _by_model: dict[str, bytes] = field(default_factory=dict)
