@@ -3,6 +3,7 @@
 Secrets are never stored: each key is kept as HMAC-SHA256(store secret, key), where the
 store secret is 32 random bytes made when the file is created. A `version` row is bumped
 by every change to the keys, so a running gateway notices a revocation by reading one row.
+Allow-lists are stored as JSON lists; the file's mode and schema upgrades: gateway/sqlite_schema.py.
 """
 
 from __future__ import annotations
@@ -10,39 +11,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import secrets
+import json
+import logging
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from gateway.key_fields import checked
+from gateway.sqlite_schema import connect
 from gateway.store import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
 
-__all__ = ["KeyRecord", "KeyStore", "KeyStoreError", "SqliteStore", "UsageRow"]
+log = logging.getLogger("zerogap.gateway.keystore")
+KEY_COLUMNS = "name, digest, models, rpm, tpm, created_at, expires_at, revoked_at, max_concurrency"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS keys (
-    name TEXT PRIMARY KEY,
-    digest TEXT NOT NULL UNIQUE,
-    models TEXT,
-    rpm INTEGER,
-    tpm INTEGER,
-    created_at REAL NOT NULL,
-    expires_at REAL,
-    revoked_at REAL
-);
-CREATE TABLE IF NOT EXISTS usage (
-    key_name TEXT NOT NULL,
-    model TEXT NOT NULL,
-    num_requests INTEGER NOT NULL DEFAULT 0,
-    prompt_tokens INTEGER NOT NULL DEFAULT 0,
-    completion_tokens INTEGER NOT NULL DEFAULT 0,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (key_name, model)
-);
-"""
+__all__ = ["KeyRecord", "KeyStore", "KeyStoreError", "SqliteStore", "UsageRow"]
 
 
 class KeyStore:
@@ -51,13 +35,7 @@ class KeyStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, timeout=5.0, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('secret', ?)", (secrets.token_hex(32),))
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('version', '0')")
+            self._db = connect(path)
             secret = self._db.execute("SELECT v FROM meta WHERE k='secret'").fetchone()[0]
         except (sqlite3.Error, OSError) as exc:
             raise KeyStoreError(
@@ -92,17 +70,17 @@ class KeyStore:
         rpm: int | None = None,
         tpm: int | None = None,
         expires_at: float | None = None,
+        max_concurrency: int | None = None,
     ) -> str:
-        """Store a new key and return its secret (shown once, never stored)."""
+        """Store a new key and return its secret (shown once, never stored); the fields are checked first."""
+        fields = checked(name, models, rpm, tpm, max_concurrency)
         key = new_key(name)
-        joined = ",".join(models) if models else None
+        listed = json.dumps(fields.models) if fields.models is not None else None
+        row = (name, self.digest(key), listed, rpm, tpm, time.time(), expires_at, None, max_concurrency)
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute(
-                    "INSERT INTO keys (name, digest, models, rpm, tpm, created_at, expires_at) VALUES (?,?,?,?,?,?,?)",
-                    (name, self.digest(key), joined, rpm, tpm, time.time(), expires_at),
-                )
+                self._db.execute(f"INSERT INTO keys ({KEY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", row)
                 self._bump()
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
@@ -122,12 +100,8 @@ class KeyStore:
 
     def keys(self) -> list[KeyRecord]:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT name, digest, models, rpm, tpm, created_at, expires_at, revoked_at FROM keys ORDER BY name"
-            ).fetchall()
-        return [
-            KeyRecord(r[0], r[1], tuple(r[2].split(",")) if r[2] else None, r[3], r[4], r[5], r[6], r[7]) for r in rows
-        ]
+            rows = self._db.execute(f"SELECT {KEY_COLUMNS} FROM keys ORDER BY name").fetchall()
+        return [KeyRecord(r[0], r[1], _models(r[0], r[2]), *r[3:]) for r in rows]
 
     def add_usage(self, rows: Iterable[UsageRow]) -> None:
         now = time.time()
@@ -149,6 +123,20 @@ class KeyStore:
                 "ORDER BY key_name, model"
             ).fetchall()
         return [UsageRow(*r) for r in rows]
+
+
+def _models(name: str, stored: str | None) -> tuple[str, ...] | None:
+    """The stored JSON allow-list; None allows every model. A list that cannot be read allows none."""
+    if stored is None:
+        return None
+    try:
+        models = json.loads(stored)
+    except ValueError:
+        models = None
+    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        log.warning("key %r: its stored model list cannot be read; it may use no model until recreated", name)
+        return ()
+    return tuple(models)
 
 
 class SqliteStore:
@@ -185,8 +173,9 @@ class SqliteStore:
         rpm: int | None = None,
         tpm: int | None = None,
         expires_at: float | None = None,
+        max_concurrency: int | None = None,
     ) -> str:
-        return await asyncio.to_thread(self.sync.create, name, models, rpm, tpm, expires_at)
+        return await asyncio.to_thread(self.sync.create, name, models, rpm, tpm, expires_at, max_concurrency)
 
     async def revoke(self, name: str) -> bool:
         return await asyncio.to_thread(self.sync.revoke, name)

@@ -2,7 +2,8 @@
 
 Tables (prefixed zerogap_) are created on start under an advisory lock, so processes that start
 together do not race; `zerogap_meta` holds the schema version, the store secret (32 random
-bytes: keys are kept as HMAC-SHA256(secret, key)) and the keys' change counter. Usage is added
+bytes: keys are kept as HMAC-SHA256(secret, key)) and the keys' change counter. Allow-lists are
+TEXT[] (NULL: every model); version 2 added max_concurrency. Usage is added
 with INSERT ... ON CONFLICT DO UPDATE SET n = n + excluded.n: concurrent flushes from many
 processes never lose an update. One connection per process (psycopg 3, async), used under a
 lock; a broken connection is dropped and made again on the next call.
@@ -22,9 +23,10 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import errors
 
+from gateway.key_fields import checked
 from gateway.store import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_LOCK_ID = 0x7A65726F67  # pg_advisory_xact_lock key for schema changes ("zerog")
 CONNECT_TIMEOUT_S = 3
 QUERY_TIMEOUT_S = 5.0
@@ -51,7 +53,9 @@ CREATE TABLE zerogap_usage (
     PRIMARY KEY (key_name, model)
 );
 """,
+    2: "ALTER TABLE zerogap_keys ADD COLUMN IF NOT EXISTS max_concurrency BIGINT",
 }
+KEY_COLUMNS = "name, digest, models, rpm, tpm, created_at, expires_at, revoked_at, max_concurrency"
 
 BUMP = "UPDATE zerogap_meta SET v = (v::bigint + 1)::text WHERE k = 'version'"
 ADD_USAGE = (
@@ -144,14 +148,11 @@ class PostgresStore:
 
     async def keys(self) -> list[KeyRecord]:
         async def work(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(
-                "SELECT name, digest, models, rpm, tpm, created_at, expires_at, revoked_at FROM zerogap_keys "
-                "ORDER BY name"
-            )
+            cur = await conn.execute(f"SELECT {KEY_COLUMNS} FROM zerogap_keys ORDER BY name")
             return await cur.fetchall()
 
-        rows = await self._run(work)
-        return [KeyRecord(r[0], r[1], tuple(r[2]) if r[2] else None, *r[3:]) for r in rows]
+        rows = await self._run(work)  # models: NULL allows every model, an array exactly those
+        return [KeyRecord(r[0], r[1], tuple(r[2]) if r[2] is not None else None, *r[3:]) for r in rows]
 
     async def create(
         self,
@@ -160,17 +161,16 @@ class PostgresStore:
         rpm: int | None = None,
         tpm: int | None = None,
         expires_at: float | None = None,
+        max_concurrency: int | None = None,
     ) -> str:
+        fields = checked(name, models, rpm, tpm, max_concurrency)
         key = new_key(name)
-        listed = list(models) if models else None
+        listed = list(fields.models) if fields.models is not None else None
+        row = (name, self.digest(key), listed, rpm, tpm, time.time(), expires_at, None, max_concurrency)
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> None:
             async with conn.transaction():
-                await conn.execute(
-                    "INSERT INTO zerogap_keys (name, digest, models, rpm, tpm, created_at, expires_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    (name, self.digest(key), listed, rpm, tpm, time.time(), expires_at),
-                )
+                await conn.execute(f"INSERT INTO zerogap_keys ({KEY_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})", row)
                 await conn.execute(BUMP)
 
         try:

@@ -27,6 +27,8 @@ class DuplicateKeyName(KeyStoreError):
 
 @dataclass(frozen=True)
 class KeyRecord:
+    """A stored key. models: None allows every model; a tuple allows exactly those names."""
+
     name: str
     digest: str
     models: tuple[str, ...] | None
@@ -87,8 +89,10 @@ class Store(Protocol):
         rpm: int | None = None,
         tpm: int | None = None,
         expires_at: float | None = None,
+        max_concurrency: int | None = None,
     ) -> str:
-        """Store a new key and return its secret (shown once, never stored)."""
+        """Store a new key and return its secret (shown once, never stored). The fields are checked
+        (gateway/key_fields.py: InvalidKeyField names the bad one); models None allows every model."""
         ...
 
     async def revoke(self, name: str) -> bool:
