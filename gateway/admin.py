@@ -1,11 +1,15 @@
 """The admin API ([server].admin_key set; otherwise these paths answer 404):
 
-    POST   /admin/keys          {"name", "models"?, "rpm"?, "tpm"?, "expires_in_days"?} -> 201, the secret once
+    POST   /admin/keys          {"name", "models"?, "rpm"?, "tpm"?, "max_concurrency"?, "expires_in_days"?}
+                                -> 201, the secret once
     GET    /admin/keys          {"data": [...]}, never secrets
     DELETE /admin/keys/{name}   200, revoked (every gateway on the store refuses it within a second)
     GET    /admin/usage         {"data": [{"key", "model", "requests", "prompt_tokens", "completion_tokens"}]}
 
 Every call needs `Authorization: Bearer <admin key>` (compared in constant time, never logged).
+A new key's fields are checked by gateway/key_fields.py, as `zerogap keys create` checks them:
+a bad one is a 422 naming it (`param`); a body that is not a JSON object a 400; one over
+MAX_BODY_BYTES a 413, refused without reading past the limit.
 """
 
 from __future__ import annotations
@@ -16,12 +20,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.errors import ApiError
+from gateway.key_fields import InvalidKeyField, KeyFields, parse_key_fields
 from gateway.store import DuplicateKeyName, KeyRecord, KeyStoreError
 
 if TYPE_CHECKING:
@@ -29,17 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("zerogap.gateway.admin")
 
-MAX_BODY_BYTES = 64 * 1024
-
-
-class NewKey(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@:-]+$")
-    models: list[str] | None = Field(None, min_length=1)
-    rpm: int | None = Field(None, gt=0)
-    tpm: int | None = Field(None, gt=0)
-    expires_in_days: float | None = Field(None, gt=0)
+MAX_BODY_BYTES = 128 * 1024  # room for the longest allow-list key_fields allows
 
 
 def key_json(record: KeyRecord, now: float) -> dict[str, Any]:
@@ -48,6 +42,7 @@ def key_json(record: KeyRecord, now: float) -> dict[str, Any]:
         "models": list(record.models) if record.models is not None else None,
         "rpm": record.rpm,
         "tpm": record.tpm,
+        "max_concurrency": record.max_concurrency,
         "created_at": int(record.created_at),
         "expires_at": int(record.expires_at) if record.expires_at is not None else None,
         "revoked": record.revoked_at is not None,
@@ -77,33 +72,53 @@ def unavailable(exc: Exception) -> ApiError:
     )
 
 
-async def _parse_new_key(request: Request) -> NewKey:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"Request body is larger than {MAX_BODY_BYTES} bytes.", code="request_too_large")
+def _too_large() -> ApiError:
+    return ApiError(413, f"The body is larger than {MAX_BODY_BYTES} bytes. Send only the key's fields.",
+                    param=None, code="request_too_large")  # fmt: skip
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed MAX_BODY_BYTES (never read past it)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _too_large()
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise _too_large()
+    return bytes(raw)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def _parse_new_key(request: Request) -> KeyFields:
+    raw = await _read_body(request)
     try:
-        body = json.loads(raw)
-    except ValueError:
+        body = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         raise ApiError(400, "The body is not valid JSON. Send a JSON object such as {\"name\": \"team-a\"}.",
                        code="invalid_json") from None  # fmt: skip
     if not isinstance(body, dict):
         raise ApiError(400, 'The body must be a JSON object such as {"name": "team-a"}.', code="invalid_json")
     try:
-        return NewKey.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise ApiError(422, f"{param}: {first['msg']}.", param=param, code="invalid_value") from None
+        return parse_key_fields(body)
+    except InvalidKeyField as exc:
+        raise ApiError(422, f"{exc}", param=exc.param, code="invalid_value") from None
 
 
 async def create_key(request: Request, gw: Gateway) -> Response:
     new = await _parse_new_key(request)
     expires_at = time.time() + new.expires_in_days * 86400 if new.expires_in_days else None
     try:
-        secret = await gw.store.create(new.name, new.models, new.rpm, new.tpm, expires_at)
+        secret = await gw.store.create(new.name, new.models, new.rpm, new.tpm, expires_at, new.max_concurrency)
     except DuplicateKeyName as exc:
         raise ApiError(409, str(exc), param="name", code="key_exists") from None
-    except KeyStoreError as exc:
+    except InvalidKeyField as exc:
+        raise ApiError(422, str(exc), param=exc.param, code="invalid_value") from None
+    except KeyStoreError as exc:  # the reserved name
         raise ApiError(400, str(exc), param="name", code="invalid_value") from None
     await gw.auth.reload()
     record = next(r for r in await gw.store.keys() if r.name == new.name)

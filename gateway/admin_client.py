@@ -7,9 +7,11 @@ import json
 import os
 import urllib.error
 import urllib.request
+from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote
 
+from gateway.key_fields import KeyFields
 from gateway.store import DuplicateKeyName, KeyRecord, KeyStoreError, UsageRow
 
 ADMIN_KEY_ENV = "ZEROGAP_ADMIN_KEY"
@@ -47,18 +49,18 @@ class AdminClient:
             raise DuplicateKeyName(message)
         raise KeyStoreError(f"the gateway answered {status}: {message}")
 
-    def create(
-        self, name: str, models: list[str] | None, rpm: int | None, tpm: int | None, expires_in_days: float | None
-    ) -> str:
-        body = {"name": name, "models": models, "rpm": rpm, "tpm": tpm, "expires_in_days": expires_in_days}
-        _, answer = self._call("POST", "/admin/keys", {k: v for k, v in body.items() if v is not None})
+    def create(self, fields: KeyFields) -> str:
+        """POST the key's fields (checked here already, and again by the gateway)."""
+        body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(fields).items() if v is not None}
+        _, answer = self._call("POST", "/admin/keys", body)
         return str(answer["key"])
 
     def keys(self) -> list[KeyRecord]:
         _, answer = self._call("GET", "/admin/keys")
         return [
-            KeyRecord(k["name"], "", tuple(k["models"]) if k["models"] else None, k["rpm"], k["tpm"],
-                      float(k["created_at"]), k["expires_at"], 0.0 if k["revoked"] else None)
+            KeyRecord(k["name"], "", tuple(k["models"]) if k["models"] is not None else None, k["rpm"], k["tpm"],
+                      float(k["created_at"]), k["expires_at"], 0.0 if k["revoked"] else None,
+                      k.get("max_concurrency"))
             for k in answer["data"]
         ]  # fmt: skip
 

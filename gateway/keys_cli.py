@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 from gateway.admin_client import AdminClient
+from gateway.key_fields import KeyFields, checked
 from gateway.store import KeyRecord, KeyStoreError, Store, UsageRow
 from gateway.stores import open_store
 from zerogap.argtypes import positive_float, positive_int
@@ -24,9 +25,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create", help="create a key and print its secret once")
     create.add_argument("--name", required=True, help="a unique name (used in logs, metrics and usage)")
-    create.add_argument("--models", help="comma-separated models the key may use (default: all)")
+    create.add_argument("--models", help="comma-separated models the key may use, e.g. m1,m2 (default: all)")
     create.add_argument("--rpm", type=positive_int, help="requests per minute (default: no limit)")
     create.add_argument("--tpm", type=positive_int, help="prompt + completion tokens per minute (default: no limit)")
+    create.add_argument("--max-concurrency", type=positive_int, metavar="N",
+                        help="requests of this key in flight at once (default: no limit)")  # fmt: skip
     create.add_argument("--expires-in", type=positive_float, metavar="DAYS", help="expire after DAYS days")
     listing = sub.add_parser("list", help="list keys (never their secrets) and their usage")
     revoke = sub.add_parser("revoke", help="revoke a key by name (effective within a second)")
@@ -47,7 +50,8 @@ def print_keys(keys: list[KeyRecord], usage_rows: list[UsageRow]) -> None:
         n, p, c = usage.get(row.key_name, (0, 0, 0))
         usage[row.key_name] = (n + row.num_requests, p + row.prompt_tokens, c + row.completion_tokens)
     print(
-        f"{'NAME':<20} {'STATUS':<8} {'MODELS':<20} {'RPM':>6} {'TPM':>8} {'EXPIRES':<21} {'REQUESTS':>8} {'TOKENS':>9}"
+        f"{'NAME':<20} {'STATUS':<8} {'MODELS':<20} {'RPM':>6} {'TPM':>8} {'MAXCONC':>7} {'EXPIRES':<21} "
+        f"{'REQUESTS':>8} {'TOKENS':>9}"
     )
     now = time.time()
     for k in keys:
@@ -55,7 +59,7 @@ def print_keys(keys: list[KeyRecord], usage_rows: list[UsageRow]) -> None:
         models = ",".join(k.models) if k.models else "*"
         print(
             f"{k.name:<20} {k.status(now):<8} {models:<20} {k.rpm or '-':>6} {k.tpm or '-':>8} "
-            f"{_when(k.expires_at):<21} {n:>8} {p + c:>9}"
+            f"{k.max_concurrency or '-':>7} {_when(k.expires_at):<21} {n:>8} {p + c:>9}"
         )
 
 
@@ -73,16 +77,24 @@ def _revoked(name: str, ok: bool) -> int:
     return 1
 
 
-def _models(args: argparse.Namespace) -> list[str] | None:
-    return [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+def new_key_fields(args: argparse.Namespace) -> KeyFields:
+    """The options of `keys create`, checked as the admin API checks a body. --models "a, b" names
+    a and b; an empty name ("a,,b", "") is refused, never read as "every model"."""
+    models = [m.strip() for m in args.models.split(",")] if args.models is not None else None
+    return checked(args.name, models, args.rpm, args.tpm, args.max_concurrency, args.expires_in)
 
 
 async def run_local(store: Store, args: argparse.Namespace) -> int:
+    fields = new_key_fields(args) if args.command == "create" else None
     await store.open()
     try:
-        if args.command == "create":
-            expires = time.time() + args.expires_in * 86400 if args.expires_in else None
-            return _created(args.name, await store.create(args.name, _models(args), args.rpm, args.tpm, expires))
+        if fields is not None:
+            days = fields.expires_in_days
+            expires = time.time() + days * 86400 if days else None
+            secret = await store.create(
+                fields.name, fields.models, fields.rpm, fields.tpm, expires, fields.max_concurrency
+            )
+            return _created(fields.name, secret)
         if args.command == "list":
             print_keys(await store.keys(), await store.usage())
             return 0
@@ -93,7 +105,7 @@ async def run_local(store: Store, args: argparse.Namespace) -> int:
 
 def run_remote(client: AdminClient, args: argparse.Namespace) -> int:
     if args.command == "create":
-        return _created(args.name, client.create(args.name, _models(args), args.rpm, args.tpm, args.expires_in))
+        return _created(args.name, client.create(new_key_fields(args)))
     if args.command == "list":
         print_keys(client.keys(), client.usage())
         return 0
