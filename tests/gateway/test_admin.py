@@ -3,8 +3,11 @@ gets the OpenAI error shape with the field it is about."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -62,7 +65,28 @@ def test_create_list_use_usage_revoke(gateway) -> None:
         ({"name": "x", "tpm": 1.5}, 422, "tpm"),
         ({"name": "x", "models": "m"}, 422, "models"),
         ({"name": "x", "expires_in_days": -1}, 422, "expires_in_days"),
+        ({"name": "x", "expires_in_days": 36_501}, 422, "expires_in_days"),
+        ({"name": "x", "expires_in_days": True}, 422, "expires_in_days"),
         ({"name": "x", "colour": "red"}, 422, "colour"),
+        ({"name": "x" * 65}, 422, "name"),
+        ({"name": "a\nb"}, 422, "name"),
+        ({"name": 'x"} 1'}, 422, "name"),
+        ({"name": "x", "models": [""]}, 422, "models"),
+        ({"name": "x", "models": ["a,b"]}, 422, "models"),
+        ({"name": "x", "models": ["a b"]}, 422, "models"),
+        ({"name": "x", "models": ["m", "a\u0000b"]}, 422, "models"),
+        ({"name": "x", "models": []}, 422, "models"),
+        ({"name": "x", "models": [7]}, 422, "models"),
+        ({"name": "x", "models": ["m" * 257]}, 422, "models"),
+        ({"name": "x", "models": [f"m{i}" for i in range(257)]}, 422, "models"),
+        ({"name": "x", "rpm": 10**9 + 1}, 422, "rpm"),
+        ({"name": "x", "rpm": True}, 422, "rpm"),
+        ({"name": "x", "tpm": 10**12 + 1}, 422, "tpm"),
+        ({"name": "x", "tpm": 10**30}, 422, "tpm"),
+        ({"name": "x", "max_concurrency": 0}, 422, "max_concurrency"),
+        ({"name": "x", "max_concurrency": 100_001}, 422, "max_concurrency"),
+        ({"name": "x", "max_concurrency": "4"}, 422, "max_concurrency"),
+        ({"name": "x", "max_concurrency": 1.5}, 422, "max_concurrency"),
         ({"name": "unified"}, 400, "name"),
         ([1, 2], 400, None),
     ],
@@ -70,6 +94,55 @@ def test_create_list_use_usage_revoke(gateway) -> None:
 def test_bad_create_bodies(gateway, body, status, param) -> None:
     got, answer = call(gateway.url + "/admin/keys", ADMIN, body)
     assert got == status and is_error(answer, status, param=param), answer
+    assert call(gateway.url + "/admin/keys", ADMIN)[1]["data"] == []  # nothing stored
+
+
+def raw_post(url: str, data: bytes, chunked: bool = False) -> tuple[int, dict[str, object]]:
+    """POST bytes as they are (NaN, deep nesting, a large body; chunked: no Content-Length)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=10)
+    headers = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    try:
+        if chunked:
+            conn.request("POST", parts.path, iter([data[i : i + 8192] for i in range(0, len(data), 8192)]), headers,
+                         encode_chunked=True)  # fmt: skip
+        else:
+            conn.request("POST", parts.path, data, headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "chunked", "status", "code"),
+    [
+        (b'{"name": "x", "rpm": NaN}', False, 400, "invalid_json"),
+        (b'{"name": "x", "expires_in_days": Infinity}', False, 400, "invalid_json"),
+        (b"[" * 60_000 + b"]" * 60_000, False, 400, "invalid_json"),  # deeper than the parser's stack
+        (b'{"name": "x", "rpm": 1' + b"0" * 5000 + b"}", False, 400, "invalid_json"),
+        (b'{"name": "big", "models": ["' + b"m" * 200_000 + b'"]}', False, 413, "request_too_large"),
+        (b'{"name": "big", "models": ["' + b"m" * 200_000 + b'"]}', True, 413, "request_too_large"),
+    ],
+    ids=["nan", "infinity", "deep", "huge-int", "large", "large-chunked"],
+)
+def test_bodies_that_are_no_key(gateway, data, chunked, status, code) -> None:
+    got, answer = raw_post(gateway.url + "/admin/keys", data, chunked)
+    assert got == status and is_error(answer, status, code=code), answer
+    assert call(gateway.url + "/admin/keys", ADMIN)[1]["data"] == []
+
+
+def test_max_concurrency_and_allow_list_round_trip(gateway) -> None:
+    longest = [f"model-{i:03}-" + "x" * 246 for i in range(256)]  # the most key_fields allows: within the body limit
+    for body in ({"name": "capped", "models": ["m", "org/model:v1.5"], "max_concurrency": 4},
+                 {"name": "free"}, {"name": "widest", "models": longest, "max_concurrency": 100_000}):  # fmt: skip
+        status, made = call(gateway.url + "/admin/keys", ADMIN, body)
+        assert status == 201, made
+        assert (made["models"], made["max_concurrency"]) == (body.get("models"), body.get("max_concurrency"))
+    listed = {k["name"]: k for k in call(gateway.url + "/admin/keys", ADMIN)[1]["data"]}
+    assert listed["capped"]["max_concurrency"] == 4 and listed["capped"]["models"] == ["m", "org/model:v1.5"]
+    assert listed["free"]["max_concurrency"] is None and listed["free"]["models"] is None
+    assert listed["widest"]["models"] == longest
 
 
 def test_not_json_duplicate_unknown_and_wrong_keys(gateway) -> None:
@@ -116,6 +189,18 @@ def test_keys_cli_through_the_admin_api(gateway, clean_env) -> None:
     assert dup.returncode == 2 and b"exists already" in dup.stderr and b"Traceback" not in dup.stderr
     assert keys("revoke", "remote").returncode == 0 and "revoked" in keys("list").stdout.decode()
     assert keys("revoke", "nobody").returncode == 1
+    capped = keys("create", "--name", "capped", "--max-concurrency", "7", "--models", "m, other")
+    assert capped.returncode == 0, capped.stderr
+    line = next(x for x in keys("list").stdout.decode().splitlines() if x.startswith("capped "))
+    assert line.split()[2:6] == ["m,other", "-", "-", "7"]  # MODELS RPM TPM MAXCONC
+    made = {k["name"]: k for k in call(gateway.url + "/admin/keys", ADMIN)[1]["data"]}["capped"]
+    assert made["max_concurrency"] == 7 and made["models"] == ["m", "other"]
+    for bad, field in ((["--models", "m,,x"], b"models"), (["--models", ""], b"models"),
+                       (["--models", "a b"], b"models"), (["--max-concurrency", "100001"], b"max_concurrency"),
+                       (["--tpm", str(10**13)], b"tpm")):  # fmt: skip
+        refused = keys("create", "--name", "refused", *bad)
+        assert refused.returncode == 2 and field + b":" in refused.stderr and b"Traceback" not in refused.stderr
+    assert "refused" not in str(call(gateway.url + "/admin/keys", ADMIN)[1])
     no_key = keys("list", environ=clean_env)
     assert no_key.returncode == 2 and b"ZEROGAP_ADMIN_KEY" in no_key.stderr
     wrong = keys("list", environ={**clean_env, "ZEROGAP_ADMIN_KEY": "nope"})
