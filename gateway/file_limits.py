@@ -1,39 +1,66 @@
-"""The rate limits of gateway/limits.py shared by the workers of one `zerogap gateway --workers N`
-when there is no [gateway].redis_url: the same token buckets, kept in a SQLite file in the
-supervisor's temporary folder (ZEROGAP_SHARED_LIMITS names it). Each admission is one short
-write transaction (BEGIN IMMEDIATE), so the workers together admit exactly one budget.
-The buckets refill on the system's monotonic clock, which every process on the host shares."""
+"""The limits of gateway/limits.py shared by the workers of one `zerogap gateway --workers N`
+when there is no [gateway].redis_url: the same token buckets and concurrency slots, kept in a
+SQLite file in the supervisor's temporary folder (ZEROGAP_SHARED_LIMITS names it). Each
+admission is one short write transaction (BEGIN IMMEDIATE), so the workers together admit
+exactly one budget and one max_concurrency per key.
+
+A slot is a row of `leases` with an expiry that its worker renews (gateway/leases.py); a worker
+that is killed renews nothing, and its rows are dropped by the next admission after they
+expire. The buckets and leases run on the system's monotonic clock, which every process on the
+host shares."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from gateway.auth import Principal
-from gateway.limits import Bucket, limited
+from gateway.leases import Leases
+from gateway.limits import Bucket, Slot, cap_of, clamp, head_rule, settled_level, tpm_rule
 
 SHARED_LIMITS_ENV = "ZEROGAP_SHARED_LIMITS"
-SCHEMA = "CREATE TABLE IF NOT EXISTS buckets (k TEXT PRIMARY KEY, level REAL NOT NULL, ts REAL NOT NULL)"
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS buckets (k TEXT PRIMARY KEY, level REAL NOT NULL, ts REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, k TEXT NOT NULL, owner TEXT NOT NULL, "
+    "expires REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS leases_by_key ON leases (k, expires)",
+    "CREATE INDEX IF NOT EXISTS leases_by_owner ON leases (owner)",
+)
+T = TypeVar("T")
 
 
 class FileLimiter:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, lease_s: float = 5.0) -> None:
         self.path = path
         self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=OFF")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS buckets (k TEXT PRIMARY KEY, level REAL NOT NULL, ts REAL NOT NULL)"
-        )
+        for statement in SCHEMA:
+            self._db.execute(statement)
+        self.leases = Leases(lease_s, self._renew)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def _load(self, key: str, limit: int | None, now: float) -> Bucket | None:
-        if limit is None:
+        capacity = cap_of(limit)
+        if capacity is None:
             return None
         row = self._db.execute("SELECT level, ts FROM buckets WHERE k = ?", (key,)).fetchone()
-        bucket = Bucket(float(limit), float(limit), now) if row is None else Bucket(float(limit), row[0], row[1])
-        bucket.refill(float(limit), now)
+        bucket = Bucket(capacity, capacity, now) if row is None else Bucket(capacity, row[0], row[1])
+        bucket.refill(float(capacity), now)
         return bucket
 
     def _store(self, key: str, bucket: Bucket) -> None:
@@ -43,45 +70,67 @@ class FileLimiter:
             (key, bucket.level, bucket.updated_s),
         )
 
-    async def admit(self, who: Principal, estimate: int) -> None:
-        self.take(who, estimate)
+    def num_held(self, key: str) -> int:
+        """Live slots of the key, over all the workers."""
+        row = self._db.execute("SELECT COUNT(*) FROM leases WHERE k = ? AND expires > ?", (key, time.monotonic()))
+        return int(row.fetchone()[0])
 
-    def take(self, who: Principal, estimate: int) -> None:
-        """Take one request and reserve `estimate` tokens, or raise ApiError 429."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            now = time.monotonic()
-            rpm = self._load(f"{who.name}:rpm", who.rpm, now)
-            tpm = self._load(f"{who.name}:tpm", who.tpm, now)
-            if rpm is not None and who.rpm is not None and rpm.level < 1:
-                raise limited("requests", who.rpm, rpm.seconds_until(1))
-            if tpm is not None and who.tpm is not None and tpm.level <= 0:
-                raise limited("tokens", who.tpm, tpm.seconds_until(1e-9))
-            if rpm is not None:
-                rpm.level -= 1
-                self._store(f"{who.name}:rpm", rpm)
-            if tpm is not None:
-                tpm.level -= estimate
-                self._store(f"{who.name}:tpm", tpm)
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    async def admit(self, who: Principal) -> Slot | None:
+        return self._locked(lambda: self._take_head(who))
+
+    def _locked(self, work: Callable[[], T]) -> T:
+        with self._transaction():
+            return work()
+
+    def _take_head(self, who: Principal) -> Slot | None:
+        now = time.monotonic()
+        rpm = self._load(f"{who.name}:rpm", who.rpm, now)
+        capped = who.max_concurrency is not None
+        if capped:
+            self._db.execute("DELETE FROM leases WHERE k = ? AND expires <= ?", (who.name, now))
+        head_rule(who, rpm, self.num_held(who.name) if capped else 0)
+        if rpm is not None:
+            rpm.level -= 1
+            self._store(f"{who.name}:rpm", rpm)
+        if not capped:
+            return None
+        slot = self.leases.new(who.name)
+        self._db.execute(
+            "INSERT INTO leases VALUES (?, ?, ?, ?)",
+            (slot.lease_id, who.name, self.leases.owner, now + self.leases.lease_s),
+        )
+        self.leases.hold(slot)
+        return slot
+
+    async def reserve(self, who: Principal, estimate: int, budget_tokens: int) -> None:
+        self._locked(lambda: self._take_tokens(who, clamp(estimate), budget_tokens))
+
+    def _take_tokens(self, who: Principal, estimate: int, budget_tokens: int) -> None:
+        tpm = self._load(f"{who.name}:tpm", who.tpm, time.monotonic())
+        if tpm is None:
+            return
+        tpm_rule(who, tpm, estimate, budget_tokens)
+        tpm.level -= estimate
+        self._store(f"{who.name}:tpm", tpm)
 
     def settle(self, who: Principal, estimate: int, actual: int) -> None:
-        """Replace a request's reservation by what it used."""
         if who.tpm is None or estimate == actual:
             return
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             bucket = self._load(f"{who.name}:tpm", who.tpm, time.monotonic())
             if bucket is not None:
-                bucket.level = min(bucket.capacity, bucket.level + estimate - actual)
+                bucket.level = settled_level(bucket, estimate, actual)
                 self._store(f"{who.name}:tpm", bucket)
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+
+    def release(self, slot: Slot) -> None:
+        if self.leases.drop(slot):
+            self._db.execute("DELETE FROM leases WHERE id = ?", (slot.lease_id,))
+
+    async def _renew(self, live: dict[str, str]) -> None:
+        expires = time.monotonic() + self.leases.lease_s
+        self._db.execute("UPDATE leases SET expires = ? WHERE owner = ?", (expires, self.leases.owner))
 
     async def close(self) -> None:
+        await self.leases.close()
+        self._db.execute("DELETE FROM leases WHERE owner = ?", (self.leases.owner,))
         self._db.close()

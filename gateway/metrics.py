@@ -122,6 +122,15 @@ class GatewayMetrics:
         self.ratelimited = Labeled(
             Counter("zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r)
         )
+        self.limits_down = Labeled(
+            Counter(
+                "zerogap_limits_backend_down",
+                "Requests of limited keys while Redis was unreachable, by [gateway].on_redis_down (local: counted "
+                "in this process only; refuse: answered 503)",
+                ["mode"],
+                registry=r,
+            )
+        )
         self.ejections = Labeled(
             Counter(
                 "zerogap_backend_ejections",

@@ -5,22 +5,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, TypeVar
 
-from gateway.asgi import ClientGone, Receive, Scope, Send, client_host, header, read_body, send_error
+from gateway.asgi import ClientGone, Receive, Scope, Send, client_host, header, read_body, send_error, too_large
 from gateway.errors import ApiError
 from gateway.exchange import SSE_HEADERS, Exchange, Reply
-from gateway.limits import estimate_tokens
+from gateway.limits import Slot, estimate_tokens, limited_at_head
 from gateway.pipe import Pipe
 from gateway.request import parse_call
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
 
+    from gateway.auth import Principal
     from gateway.pool import ModelPool
     from gateway.state import Gateway
 
 log = logging.getLogger("zerogap.gateway.proxy")
+T = TypeVar("T")
 
 
 def method_not_allowed(allowed: str) -> ApiError:
@@ -36,6 +39,26 @@ def _check_content_type(scope: Scope) -> None:
         raise ApiError(415, f"Content-Type must be application/json (got {shown}).", code="unsupported_media_type")
 
 
+def _unbounded_body(scope: Scope, max_bytes: int) -> bool:
+    """The request's body, unread, has no length (chunked) or one above max_bytes: after a refusal
+    the server would drain it to the end to keep the connection; better to close it."""
+    declared = header(scope, b"content-length")
+    if declared is None:
+        return header(scope, b"transfer-encoding") is not None
+    return not declared.isdigit() or int(declared) > max_bytes
+
+
+class Admission:
+    """What one request's admission holds: released in Completions.__call__'s finally, whatever
+    way the request ends."""
+
+    __slots__ = ("body_read", "slot")
+
+    def __init__(self) -> None:
+        self.slot: Slot | None = None
+        self.body_read = False
+
+
 class Completions:
     """POST /v1/chat/completions (chat=True) or /v1/completions."""
 
@@ -47,27 +70,44 @@ class Completions:
         arrived_s = time.monotonic()  # TTFT and duration count from here, admission included
         gw: Gateway = scope["app"].state.gateway
         labels = {"model": "none", "key": "none"}  # what is known when a request is refused
+        admission = Admission()
         try:
-            exchange, pool = await self._admit(gw, scope, receive, labels)
-        except ApiError as exc:
-            gw.metrics.requests.labels(labels["model"], "none", labels["key"], str(exc.status)).inc()
-            log.debug("refused %s model=%s key=%s: %s %s", self.path, labels["model"], labels["key"], exc.status, exc)
-            await send_error(send, exc)
-            return
-        except ClientGone:
-            return
-        exchange.t0_s = arrived_s
-        await serve(gw, exchange, pool, receive, send)
+            try:
+                exchange, pool = await self._admit(gw, scope, receive, labels, admission)
+            except ApiError as exc:
+                gw.metrics.requests.labels(labels["model"], "none", labels["key"], str(exc.status)).inc()
+                log.debug(
+                    "refused %s model=%s key=%s: %s %s", self.path, labels["model"], labels["key"], exc.status, exc
+                )
+                if not admission.body_read and _unbounded_body(scope, gw.config.gateway.max_body_bytes):
+                    exc.headers = {**exc.headers, "Connection": "close"}
+                await send_error(send, exc)
+                return
+            except ClientGone:
+                return
+            exchange.t0_s = arrived_s
+            await serve(gw, exchange, pool, receive, send)
+        finally:
+            if admission.slot is not None:  # the request has really ended: its slot is free
+                gw.limiter.release(admission.slot)
 
     async def _admit(
-        self, gw: Gateway, scope: Scope, receive: Receive, labels: dict[str, str]
+        self, gw: Gateway, scope: Scope, receive: Receive, labels: dict[str, str], admission: Admission
     ) -> tuple[Exchange, ModelPool]:
+        """The key, its expiry, rpm and concurrency from the headers, before the body is read
+        (a refused request is answered without reading it); then the body, the model, and tpm."""
         if scope["method"] != "POST":
             raise method_not_allowed("POST")
         who = await gw.auth.authenticate(header(scope, b"authorization"), client_host(scope))
         labels["key"] = who.name
         _check_content_type(scope)
-        raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
+        max_body_bytes = gw.config.gateway.max_body_bytes
+        if _unbounded_body(scope, max_body_bytes) and header(scope, b"content-length") is not None:
+            raise too_large(max_body_bytes)
+        if limited_at_head(who):
+            admission.slot = await self._limit(gw, who, "none", gw.limiter.admit(who))
+        raw = await read_body(receive, scope, max_body_bytes)
+        admission.body_read = True
         call = parse_call(raw, self.path, self.chat)
         pool = gw.router.pools.get(call.model)
         labels["model"] = call.model if pool is not None else "unknown"  # never a client's arbitrary string
@@ -86,15 +126,23 @@ class Completions:
                 param="model",
                 code="model_not_allowed",
             )
-        estimate = estimate_tokens(len(raw), call.max_tokens)
-        try:
-            if who.rpm is not None or who.tpm is not None:
-                await gw.limiter.admit(who, estimate)
-        except ApiError as exc:
-            limit = "rpm" if exc.code == "rate_limit_requests" else "tpm"
-            gw.metrics.ratelimited.labels(call.model, who.name, limit).inc()
-            raise
+        estimate = estimate_tokens(len(raw), call.budget_tokens)
+        if who.tpm is not None:
+            await self._limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
         return Exchange(who, call, estimate), pool
+
+    @staticmethod
+    async def _limit(gw: Gateway, who: Principal, model: str, check: Awaitable[T]) -> T:
+        """The limiter's answer; a refusal is counted in zerogap_ratelimited_total{limit}."""
+        try:
+            return await check
+        except ApiError as exc:
+            if exc.status == 429:
+                gw.metrics.ratelimited.labels(model, who.name, LIMIT_OF_CODE.get(exc.code or "", "other")).inc()
+            raise
+
+
+LIMIT_OF_CODE = {"rate_limit_requests": "rpm", "rate_limit_tokens": "tpm", "concurrency_limit": "concurrency"}
 
 
 KEEPALIVE = b": keep-alive\n\n"

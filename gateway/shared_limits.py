@@ -1,120 +1,198 @@
-"""The rate limits of gateway/limits.py kept in Redis, so that every gateway process that uses
-the same [gateway].redis_url counts against the same buckets. Each admission is one atomic Lua
-script (the buckets refill on Redis's clock). If Redis cannot be reached the process falls back
-to its own in-memory buckets and logs a warning (at most every 10 s)."""
+"""The limits of gateway/limits.py kept in Redis ([gateway].redis_url), so that every gateway
+process and pod that uses it counts against the same buckets and the same concurrency slots
+(the Lua scripts: gateway/redis_scripts.py; the slots' leases: gateway/leases.py).
+
+When Redis cannot be reached, [gateway].on_redis_down decides:
+- "local" (the default): this process counts the limits in its own memory, as if it were alone;
+- "refuse": requests of keys that have any limit get 503 (keys without limits are served).
+Either way zerogap_limits_backend_down_total{mode} counts the requests it concerned, a warning
+is logged when it takes effect (and at most every 10 s while it lasts), and Redis is tried again
+after REDIS_RETRY_S without making every request wait for a connect timeout meanwhile.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.auth import Principal
-from gateway.limits import RateLimiter, limited
+from gateway.errors import ApiError
+from gateway.leases import Leases
+from gateway.limits import RateLimiter, Slot, cap_of, check_fits, clamp, concurrency_limited, limited
+from gateway.redis_scripts import HEAD, RENEW, SETTLE, TOKENS
 
 log = logging.getLogger("zerogap.gateway.limits")
 
-REFILL = """
-local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
-local function level(key, cap, t)
-  local v = redis.call('HMGET', key, 'level', 'ts')
-  local l = tonumber(v[1]) or cap
-  local ts = tonumber(v[2]) or t
-  return math.min(cap, l + math.max(0, t - ts) * cap / 60)
-end
-local function store(key, l, t)
-  redis.call('HSET', key, 'level', tostring(l), 'ts', tostring(t))
-  redis.call('EXPIRE', key, 3600)
-end
-"""
+REDIS_RETRY_S = 1.0  # after a failure, Redis is tried again this long later (meanwhile: on_redis_down)
+WARN_EVERY_S = 10.0
+OnDown = Literal["local", "refuse"]
+DOWN = (RedisError, OSError)
 
-ADMIT = (
-    REFILL
-    + """
-local t = now()
-local rpm, tpm, estimate = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local r, k
-if rpm > 0 then r = level(KEYS[1], rpm, t) end
-if tpm > 0 then k = level(KEYS[2], tpm, t) end
-if r and r < 1 then return {0, 'rpm', tostring((1 - r) * 60 / rpm)} end
-if k and k <= 0 then return {0, 'tpm', tostring((0.000001 - k) * 60 / tpm)} end
-if r then store(KEYS[1], r - 1, t) end
-if k then store(KEYS[2], k - estimate, t) end
-return {1, '', '0'}
-"""
-)
 
-SETTLE = (
-    REFILL
-    + """
-local t = now()
-local cap, delta = tonumber(ARGV[1]), tonumber(ARGV[2])
-store(KEYS[1], math.min(cap, level(KEYS[1], cap, t) + delta), t)
-return 1
-"""
-)
+def limits_unavailable() -> ApiError:
+    return ApiError(
+        503,
+        "This key's limits cannot be checked right now: the gateway's Redis is unreachable and "
+        '[gateway].on_redis_down = "refuse". Retry in a few seconds.',
+        "server_error",
+        code="limits_unavailable",
+        headers={"Retry-After": str(int(REDIS_RETRY_S) + 1)},
+    )
 
 
 class SharedLimiter:
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        lease_s: float = 5.0,
+        on_down: OnDown = "local",
+        count_down: Callable[[str], None] | None = None,
+    ) -> None:
         self._redis: Any = aioredis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
-        self._admit = self._redis.register_script(ADMIT)
+        self._head = self._redis.register_script(HEAD)
+        self._tokens = self._redis.register_script(TOKENS)
         self._settle = self._redis.register_script(SETTLE)
+        self._renew_script = self._redis.register_script(RENEW)
+        self.on_down = on_down
+        self._count_down = count_down or (lambda mode: None)
         self._local = RateLimiter()
-        self._pending: set[asyncio.Task[None]] = set()
+        self.leases = Leases(lease_s, self._renew)
+        self._pending: set[asyncio.Task[Any]] = set()
+        self._down_until_s = 0.0
+        self._down = False
         self._warned_s = 0.0
 
     @staticmethod
-    def _keys(name: str) -> list[str]:
-        return [f"zerogap:limit:{name}:rpm", f"zerogap:limit:{name}:tpm"]
+    def _key(name: str, kind: str) -> str:
+        return f"zerogap:limit:{name}:{kind}"
 
-    def _warn(self, exc: Exception) -> None:
-        if time.monotonic() - self._warned_s > 10:
+    def _failed(self, exc: BaseException) -> None:
+        self._down_until_s = time.monotonic() + REDIS_RETRY_S
+        if not self._down or time.monotonic() - self._warned_s > WARN_EVERY_S:
             self._warned_s = time.monotonic()
-            log.warning("Redis rate limits unavailable (%s); counting in this process only", exc)
+            what = (
+                "counting limits in this process only"
+                if self.on_down == "local"
+                else "refusing requests of keys with limits (503)"
+            )
+            log.warning("Redis rate limits unavailable (%s); on_redis_down = %s: %s", exc, self.on_down, what)
+        self._down = True
 
-    async def admit(self, who: Principal, estimate: int) -> None:
-        try:
-            ok, kind, wait_s = await self._admit(keys=self._keys(who.name), args=[who.rpm or 0, who.tpm or 0, estimate])
-        except (RedisError, OSError) as exc:
-            self._warn(exc)
-            self._local.take(who, estimate)
+    def _reached(self) -> None:
+        if self._down:
+            log.warning("Redis reachable again: limits are shared again")
+        self._down = False
+
+    def _fallback(self) -> None:
+        """Redis is down for this request: count it, and refuse it if so configured."""
+        self._count_down(self.on_down)
+        if self.on_down == "refuse":
+            raise limits_unavailable()
+
+    def _skip(self) -> bool:
+        """Redis failed a moment ago: don't make this request wait for it."""
+        return self._down and time.monotonic() < self._down_until_s
+
+    async def admit(self, who: Principal) -> Slot | None:
+        rpm, cap = cap_of(who.rpm), cap_of(who.max_concurrency)
+        if not self._skip():
+            slot = self.leases.new(who.name) if cap is not None else None
+            keys = [self._key(who.name, "rpm"), self._key(who.name, "slots")]
+            args: list[int | float | str] = [rpm or 0, cap or 0, self.leases.lease_s, slot.lease_id if slot else ""]
+            try:
+                ok, kind, wait_s = await self._head(keys=keys, args=args)
+            except DOWN as exc:
+                self._failed(exc)
+            else:
+                self._reached()
+                if not int(ok):
+                    if kind == b"concurrency":
+                        raise concurrency_limited(cap or 0)
+                    raise limited("requests", rpm or 0, float(wait_s))
+                if slot is not None:
+                    self.leases.hold(slot)
+                return slot
+        self._fallback()
+        return self._local.take_head(who)
+
+    async def reserve(self, who: Principal, estimate: int, budget_tokens: int) -> None:
+        estimate = clamp(estimate)
+        tpm = check_fits(who, estimate, budget_tokens)
+        if tpm is None:
             return
-        if not int(ok):
-            rpm = kind == b"rpm"
-            limit = who.rpm if rpm else who.tpm
-            raise limited("requests" if rpm else "tokens", limit or 0, float(wait_s))
+        if not self._skip():
+            try:
+                ok, wait_s = await self._tokens(keys=[self._key(who.name, "tpm")], args=[tpm, estimate])
+            except DOWN as exc:
+                self._failed(exc)
+            else:
+                self._reached()
+                if not int(ok):
+                    raise limited("tokens", tpm, float(wait_s))
+                return
+        self._fallback()
+        self._local.take_tokens(who, estimate, budget_tokens)
 
     def settle(self, who: Principal, estimate: int, actual: int) -> None:
-        if who.tpm is None or estimate == actual:
+        tpm = cap_of(who.tpm)
+        delta = clamp(estimate) - clamp(actual)
+        if tpm is None or delta == 0:
             return
-        task = asyncio.ensure_future(self._settle_now(who, estimate, actual))
+        self._background(self._settle_now(who, tpm, estimate, actual, delta))
+
+    async def _settle_now(self, who: Principal, tpm: int, estimate: int, actual: int, delta: int) -> None:
+        try:
+            await self._settle(keys=[self._key(who.name, "tpm")], args=[tpm, delta])
+        except DOWN as exc:
+            self._failed(exc)
+            self._local.settle(who, estimate, actual)
+
+    def release(self, slot: Slot) -> None:
+        if slot.local:
+            self._local.release(slot)
+        elif self.leases.drop(slot):  # not renewed from now on: if this fails too, it lapses
+            self._background(self._redis.zrem(self._key(slot.key, "slots"), slot.lease_id))
+
+    def num_held_here(self, key: str) -> int:
+        """This process's live slots of the key (in Redis or, Redis down, in memory)."""
+        return sum(1 for k in self.leases.live.values() if k == key) + self._local.num_held(key)
+
+    async def _renew(self, live: dict[str, str]) -> None:
+        ids = list(live)
+        await self._renew_script(keys=[self._key(live[i], "slots") for i in ids], args=[self.leases.lease_s, *ids])
+
+    def _background(self, work: Any) -> None:
+        task = asyncio.ensure_future(self._quietly(work))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _settle_now(self, who: Principal, estimate: int, actual: int) -> None:
+    async def _quietly(self, work: Any) -> None:
         try:
-            await self._settle(keys=self._keys(who.name)[1:], args=[who.tpm or 0, estimate - actual])
-        except (RedisError, OSError) as exc:
-            self._warn(exc)
-            self._local.settle(who, estimate, actual)
+            await work
+        except DOWN as exc:
+            self._failed(exc)
 
     async def ping(self) -> bool:
         try:
             await self._redis.ping()
-            return True
-        except (RedisError, OSError) as exc:
-            self._warn(exc)
+        except DOWN as exc:
+            self._failed(exc)
             return False
+        self._reached()
+        return True
+
+    async def idle(self, timeout_s: float = 2.0) -> None:
+        """Wait for the writes sent in the background so far (settlements, releases)."""
+        if self._pending:
+            await asyncio.wait(set(self._pending), timeout=timeout_s)
 
     async def close(self) -> None:
-        if self._pending:
-            await asyncio.wait(self._pending, timeout=2)
+        await self.leases.close()
+        await self.idle()
         await self._redis.aclose()

@@ -32,14 +32,17 @@ log = logging.getLogger("zerogap.gateway")
 BACKEND_GAUGES_INTERVAL_S = 1.0
 
 
-def make_limiter(config: Config) -> Limiter:
+def make_limiter(config: Config, metrics: GatewayMetrics) -> Limiter:
     """Redis with [gateway].redis_url; else, as one of several workers, the workers' shared file;
     else this process's memory."""
-    if config.gateway.redis_url:
-        return SharedLimiter(config.gateway.redis_url)
+    g = config.gateway
+    if g.redis_url:
+        down = metrics.limits_down
+        down.labels(g.on_redis_down)  # the series exists from the start, at 0
+        return SharedLimiter(g.redis_url, g.concurrency_lease_s, g.on_redis_down, lambda mode: down.labels(mode).inc())
     shared_file = os.environ.get(SHARED_LIMITS_ENV)
     if shared_file:
-        return FileLimiter(Path(shared_file))
+        return FileLimiter(Path(shared_file), g.concurrency_lease_s)
     return RateLimiter()
 
 
@@ -53,7 +56,7 @@ class Gateway:
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
         self.metrics = GatewayMetrics(multiprocess_dir())
         self.metrics.start_at_zero(self.router)
-        self.limiter = make_limiter(config)
+        self.limiter = make_limiter(config, self.metrics)
         self.usage = UsageRecorder(self.store)
         self.flights = Flights(g.eject_grace_s, on_leave=self.metrics.ejected)
         self.outlier = OutlierDetector(self.router, g, functools.partial(self.flights.take_out, cause="outlier"))

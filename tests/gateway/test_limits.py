@@ -1,24 +1,169 @@
-"""gateway/limits.py: per-key token buckets (rpm, tpm) in one process."""
+"""gateway/limits.py's rule (rpm, tpm, max_concurrency) as each of its three keepers applies it:
+this process's memory, the workers' shared SQLite file, and a real Redis."""
 
 from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 from gateway.auth import Principal
 from gateway.errors import ApiError
-from gateway.limits import RateLimiter
+from gateway.file_limits import FileLimiter
+from gateway.limits import MAX_COUNT, Limiter, RateLimiter, estimate_tokens
+from gateway.shared_limits import SharedLimiter
+
+LEASE_S = 0.3
+Factory = Callable[[], Limiter]
 
 
-async def test_token_buckets() -> None:
-    limiter = RateLimiter()
-    who = Principal("k", rpm=1, tpm=100)
-    await limiter.admit(who, 30)
+@pytest.fixture(params=["memory", "file", "redis"])
+async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Factory]:
+    """Makes limiters that share their counts (as the workers or pods of one gateway do)."""
+    made: list[Limiter] = []
+
+    def new() -> Limiter:
+        if request.param == "memory":
+            limiter: Limiter = made[0] if made else RateLimiter()  # one process: one memory
+        elif request.param == "file":
+            limiter = FileLimiter(tmp_path / "limits.db", LEASE_S)
+        else:
+            limiter = SharedLimiter(request.getfixturevalue("redis_server"), LEASE_S)
+        made.append(limiter)
+        return limiter
+
+    yield new
+    for limiter in {id(x): x for x in made}.values():
+        await limiter.close()
+
+
+def key(**limits: int) -> Principal:
+    """A key with a fresh name (the Redis server is shared by the module's tests)."""
+    return Principal(f"k{uuid.uuid4().hex[:8]}", **limits)  # type: ignore[arg-type]
+
+
+async def settled(limiter: Limiter) -> None:
+    if isinstance(limiter, SharedLimiter):
+        await limiter.idle()
+
+
+async def refusal(check: object) -> ApiError:
     with pytest.raises(ApiError) as exc:
-        await limiter.admit(who, 30)
-    assert exc.value.status == 429 and exc.value.headers["Retry-After"] in ("60", "59")
-    other = Principal("t", tpm=100)
-    await limiter.admit(other, 30)
+        await check  # type: ignore[misc]
+    return exc.value
+
+
+async def test_rpm_and_tpm_buckets(make: Factory) -> None:
+    limiter = make()
+    who = key(rpm=1)
+    assert await limiter.admit(who) is None  # no max_concurrency: no slot
+    err = await refusal(limiter.admit(who))
+    assert err.status == 429 and err.code == "rate_limit_requests" and err.headers["Retry-After"] in ("60", "59")
+
+    other = key(tpm=100)
+    await limiter.reserve(other, 30, 0)
     limiter.settle(other, 30, 130)  # used more than reserved: overdrawn by 30
-    with pytest.raises(ApiError) as exc:
-        await limiter.admit(other, 1)
-    assert exc.value.code == "rate_limit_tokens" and 17 <= int(exc.value.headers["Retry-After"]) <= 19
+    await settled(limiter)
+    err = await refusal(limiter.reserve(other, 1, 0))  # needs 31 tokens of refill: 18.6 s
+    assert err.code == "rate_limit_tokens" and 17 <= int(err.headers["Retry-After"]) <= 19, err.headers
+
+
+async def test_the_whole_estimate_must_be_in_the_bucket(make: Factory) -> None:
+    limiter = make()
+    who = key(tpm=1000)
+    await limiter.reserve(who, 600, 500)
+    err = await refusal(limiter.reserve(who, 600, 500))  # 400 left: a bucket "above 0" is not enough
+    assert err.status == 429 and err.code == "rate_limit_tokens"
+    await limiter.reserve(who, 400, 300)
+    err = await refusal(limiter.reserve(who, 1, 0))
+    assert err.code == "rate_limit_tokens"
+
+
+async def test_an_estimate_above_the_whole_tpm_is_a_400(make: Factory) -> None:
+    limiter = make()
+    who = key(tpm=1000)
+    err = await refusal(limiter.reserve(who, 1001, 1000))  # prompt 1 + budget 1000
+    assert err.status == 400 and err.code == "request_exceeds_tpm" and err.param == "max_tokens"
+    assert "1000 tokens per minute" in err.message and "at most 999" in err.message, err.message
+    await limiter.reserve(who, 1000, 999)  # the whole bucket fits, and is untouched by the refusal
+
+
+async def test_concurrency_slots(make: Factory) -> None:
+    a, b = make(), make()  # two processes of one gateway
+    who = key(max_concurrency=2)
+    first, second = await a.admit(who), await b.admit(who)
+    assert first is not None and second is not None
+    err = await refusal(a.admit(who))
+    assert err.status == 429 and err.code == "concurrency_limit" and err.headers["Retry-After"] == "1"
+    assert "at most 2 requests in flight" in err.message and "max_concurrency" in err.message
+    a.release(first)
+    a.release(first)  # a second release of the same slot frees nothing more
+    await settled(a)
+    third = await b.admit(who)
+    assert third is not None
+    err = await refusal(a.admit(who))
+    assert err.code == "concurrency_limit"
+    b.release(second)
+    b.release(third)
+    await settled(b)
+    assert all([await a.admit(who), await b.admit(who)])
+
+
+async def test_a_refused_request_takes_neither_a_token_nor_a_slot(make: Factory) -> None:
+    limiter = make()
+    capped = key(rpm=2, max_concurrency=1)
+    slot = await limiter.admit(capped)
+    assert slot is not None
+    assert (await refusal(limiter.admit(capped))).code == "concurrency_limit"  # takes no rpm token
+    limiter.release(slot)
+    await settled(limiter)
+    slot = await limiter.admit(capped)  # the second rpm token is still there
+    assert slot is not None
+    limiter.release(slot)
+    await settled(limiter)
+    assert (await refusal(limiter.admit(capped))).code == "rate_limit_requests"
+
+
+async def test_huge_integers_neither_overflow_nor_raise(make: Factory) -> None:
+    limiter = make()
+    huge = 10**400
+    who = key(rpm=huge, tpm=huge, max_concurrency=huge)
+    slot = await limiter.admit(who)
+    assert slot is not None
+    await limiter.reserve(who, huge, huge)  # clamped to MAX_COUNT on both sides: it fits
+    limiter.settle(who, huge, 10 * huge)
+    limiter.settle(who, 0, huge)
+    limiter.release(slot)
+    await settled(limiter)
+    small = key(tpm=1000)
+    err = await refusal(limiter.reserve(small, huge, huge))
+    assert err.status == 400 and err.code == "request_exceeds_tpm"
+    limiter.settle(small, huge, -huge)  # a bogus figure gives back no more than the bucket holds
+    await settled(limiter)
+    await limiter.reserve(small, 1000, 0)
+    assert estimate_tokens(10**6, huge) == MAX_COUNT
+
+
+async def test_a_lease_its_process_stops_renewing_lapses(make: Factory, request: pytest.FixtureRequest) -> None:
+    if request.node.callspec.params["make"] == "memory":
+        pytest.skip("one process's memory has no leases: its slots end with it")
+    holder, other = make(), make()
+    who = key(max_concurrency=1)
+    assert await holder.admit(who) is not None
+    await asyncio.sleep(4 * LEASE_S)  # renewed meanwhile: still held
+    assert (await refusal(other.admit(who))).code == "concurrency_limit"
+    await holder.leases.close()  # type: ignore[attr-defined]  # the holder stops renewing, as if killed
+    deadline = time.monotonic() + 10 * LEASE_S + 5
+    while True:
+        try:
+            slot = await other.admit(who)
+        except ApiError:
+            assert time.monotonic() < deadline, "the lapsed lease was never freed"
+            await asyncio.sleep(LEASE_S / 5)
+            continue
+        assert slot is not None
+        break
