@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
+import subprocess
 import time
+from pathlib import Path
 
 from gateway.keystore import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
+from tests.gateway.processes import write_config
+from tests.support import zerogap_cmd
+from zerogap.net import free_port
 
 
 def store_of(gs: GatewayServer) -> KeyStore:
@@ -116,3 +122,41 @@ async def test_usage_is_written_to_the_store(tmp_path) -> None:
         store.close()
     assert rows[("carol", "m")].completion_tokens == 5 and rows[("carol", "m")].num_requests == 1
     assert rows[("unified", "m")].prompt_tokens == 2 and rows[("unified", "m")].completion_tokens == 5
+
+
+async def test_the_gateways_key_file_is_owner_only(tmp_path) -> None:
+    with UpstreamServer(model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
+            store = store_of(gs)
+            key = store.create("owner-only", max_concurrency=2)
+            await wait_status(gs.url + "/v1/chat/completions", key, 200, 2)
+            files = [tmp_path / "keys.db", tmp_path / "keys.db-wal", tmp_path / "keys.db-shm"]
+            modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in files}
+            store.close()
+    assert modes == {"keys.db": 0o600, "keys.db-wal": 0o600, "keys.db-shm": 0o600}
+
+
+def test_keys_cli_local_max_concurrency_and_allow_lists(tmp_path, clean_env) -> None:
+    config = write_config(tmp_path / "config.toml", free_port(), "http://127.0.0.1:9", {})
+
+    def keys(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(zerogap_cmd("keys", "--config", str(config), *args), capture_output=True,
+                              env=clean_env, timeout=30)  # fmt: skip
+
+    made = keys("create", "--name", "capped", "--models", "m, org/m:v2", "--max-concurrency", "3")
+    assert made.returncode == 0, made.stderr
+    line = next(x for x in keys("list").stdout.decode().splitlines() if x.startswith("capped "))
+    assert line.split()[2:6] == ["m,org/m:v2", "-", "-", "3"]  # MODELS RPM TPM MAXCONC
+    for bad, words in ((["--models", ""], b"models: a model name is empty"), (["--models", "m,"], b"models: a model"),
+                       (["--models", "a b"], b"models: 'a b'"), (["--name", "two words"], b"name:"),
+                       (["--max-concurrency", "100001"], b"max_concurrency:"), (["--rpm", "1000000001"], b"rpm:"),
+                       (["--expires-in", "1e400"], b"expires_in_days:")):  # fmt: skip
+        args = ["create", *(["--name", "refused"] if "--name" not in bad else []), *bad]
+        refused = keys(*args)
+        assert refused.returncode == 2 and words in refused.stderr and b"Traceback" not in refused.stderr, bad
+    store = KeyStore(tmp_path / "keys.db")
+    records = {r.name: r for r in store.keys()}
+    store.close()
+    assert set(records) == {"capped"}
+    assert (records["capped"].models, records["capped"].max_concurrency) == (("m", "org/m:v2"), 3)
+    assert stat.S_IMODE(Path(tmp_path / "keys.db").stat().st_mode) == 0o600

@@ -88,6 +88,24 @@ def test_keys_revocations_and_usage_are_shared(pair: Pair) -> None:
     assert seconds_until(b, made.stdout.decode().strip(), 200) <= 1.0
 
 
+def test_max_concurrency_and_allow_lists_are_shared(pair: Pair) -> None:
+    a, b = pair
+    status, made = call(a.url + "/admin/keys", ADMIN, {"name": "four-at-once", "models": ["m"], "max_concurrency": 4})
+    assert status == 201 and made["max_concurrency"] == 4, made
+    listed = {k["name"]: k for k in call(b.url + "/admin/keys", ADMIN)[1]["data"]}
+    assert listed["four-at-once"]["max_concurrency"] == 4 and listed["four-at-once"]["models"] == ["m"]
+    status, answer = call(b.url + "/admin/keys", ADMIN, {"name": "no-model", "models": [""]})
+    assert status == 422 and answer["error"]["param"] == "models"
+    cli = subprocess.run(zerogap_cmd("keys", "--config", str(b.config), "create", "--name", "cli-capped",
+                                     "--max-concurrency", "9"), capture_output=True, timeout=30)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    listed = {k["name"]: k for k in call(a.url + "/admin/keys", ADMIN)[1]["data"]}
+    assert listed["cli-capped"]["max_concurrency"] == 9 and "no-model" not in listed
+    shown = subprocess.run(zerogap_cmd("keys", "--config", str(a.config), "list"), capture_output=True, timeout=30)
+    line = next(x for x in shown.stdout.decode().splitlines() if x.startswith("cli-capped "))
+    assert line.split()[5] == "9"  # NAME STATUS MODELS RPM TPM MAXCONC
+
+
 def test_rpm_burst_spread_over_both_is_admitted_within_5_percent(pair: Pair) -> None:
     a, b = pair
     key = create(a, "burst", rpm=60)
