@@ -24,6 +24,8 @@ from zerogap.config import Config
 
 log = logging.getLogger("zerogap.gateway")
 
+METRICS_KEY = "[server].metrics_key"
+
 
 def _gw(request: Request) -> Gateway:
     gw: Gateway = request.app.state.gateway
@@ -38,26 +40,49 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+def _client(request: Request) -> str | None:
+    return client_host(request.scope)
+
+
 async def ready(request: Request) -> Response:
+    """The status for load balancers (no key needed); the per-backend detail only for
+    [server].metrics_key when it is set (backend names, URLs' hosts and load are for operators)."""
     gw = _gw(request)
     router = gw.router
-    backends = {b.name: {"model": b.model, "up": b.healthy, "inflight": b.num_inflight} for b in router.backends}
     if gw.drain.draining:
-        return JSONResponse({"status": "not ready: shutting down", "backends": backends}, 503)
-    if router.ready():
-        return JSONResponse({"status": "ready", "backends": backends})
-    return JSONResponse({"status": "not ready: no healthy backend", "backends": backends}, 503)
+        status, code = "not ready: shutting down", 503
+    elif router.ready():
+        status, code = "ready", 200
+    else:
+        status, code = "not ready: no healthy backend", 503
+    answer: dict[str, object] = {"status": status}
+    key = gw.config.server.metrics_key
+    authorization = header(request.scope, b"authorization")
+    if not key or gw.auth.holds_secret(authorization, _client(request), key, METRICS_KEY):
+        answer["backends"] = {
+            b.name: {"model": b.model, "up": b.healthy, "inflight": b.num_inflight} for b in router.backends
+        }
+        answer["key_store"] = "up" if gw.auth.store_up else "down"
+    return JSONResponse(answer, code)
 
 
 async def metrics(request: Request) -> Response:
+    """Prometheus text; with [server].metrics_key set, only for `Authorization: Bearer <metrics_key>`
+    (the page names every tenant's key and its token counts). The admin and unified keys do not open it."""
     gw = _gw(request)
+    key = gw.config.server.metrics_key
+    if key:
+        try:
+            gw.auth.check_secret(header(request.scope, b"authorization"), _client(request), key, METRICS_KEY)
+        except ApiError as exc:
+            return _error(exc)
     return Response(gw.metrics.render(gw.router), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 async def models(request: Request) -> Response:
     gw = _gw(request)
     try:
-        who = await gw.auth.authenticate(header(request.scope, b"authorization"), client_host(request.scope))
+        who = await gw.auth.authenticate(header(request.scope, b"authorization"), _client(request))
     except ApiError as exc:
         return _error(exc)
     data = [
@@ -116,6 +141,9 @@ def create_app(config: Config, client: UpstreamClient | None = None) -> ErrorShi
         gw = Gateway(config, client)
         app.state.gateway = gw
         await gw.start()
+        if not config.server.metrics_key:
+            log.warning("[server].metrics_key is not set: GET /metrics lists every tenant's key name and token "
+                        "counts to anyone who can reach port %d", config.server.port)  # fmt: skip
         try:
             yield
         finally:

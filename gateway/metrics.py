@@ -147,6 +147,33 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.auth_failures = Labeled(
+            Counter(
+                "zerogap_auth_failures",
+                "Failed authentications (401) by reason: missing, malformed, invalid, expired (never key or address)",
+                ["reason"],
+                registry=r,
+            )
+        )
+        self.auth_throttled = Counter(
+            "zerogap_auth_throttled",
+            "Requests answered 429: their address failed authentication too often ([gateway].auth_failures_limit)",
+            registry=r,
+        )
+        self.key_store_up = Gauge(
+            "zerogap_key_store_up",
+            "1 while the key store's periodic refresh succeeds, 0 while it fails (see [gateway].on_store_down)",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.key_store_down_requests = Labeled(
+            Counter(
+                "zerogap_key_store_down_requests",
+                "Virtual-key requests while the key store was unreachable: served_cached or refused (503)",
+                ["action"],
+                registry=r,
+            )
+        )
         self.route = RouteMetrics(r)
         self.tasks = Gauge(
             "zerogap_event_loop_tasks",

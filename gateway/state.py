@@ -51,11 +51,11 @@ class Gateway:
         g = config.gateway
         self.config = config
         self.store = open_store(config)
-        self.auth = Authenticator(config.server.api_key, self.store)
         self.router = Router(config.pool(), g.routing, g.cache_aware, g.panic_routing)
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
         self.metrics = GatewayMetrics(multiprocess_dir())
         self.metrics.start_at_zero(self.router)
+        self.auth = Authenticator(config.server.api_key, self.store, g, self.metrics)
         self.limiter = make_limiter(config, self.metrics)
         self.usage = UsageRecorder(self.store)
         self.flights = Flights(g.eject_grace_s, on_leave=self.metrics.ejected)
