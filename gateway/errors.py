@@ -43,6 +43,16 @@ def sse_error(message: str, type_: str = "upstream_error", code: str | int | Non
     return b"data: " + event + b"\n\ndata: [DONE]\n\n"
 
 
+def error_message(body: bytes) -> str | None:
+    """The message of an OpenAI error body ({"error": {"message": ...}} or {"error": "..."}), else None."""
+    try:
+        error = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    message = error.get("message") if isinstance(error, dict) else error
+    return message if isinstance(message, str) else None
+
+
 E = TypeVar("E", bound=BaseException)
 
 

@@ -32,6 +32,17 @@ def json_reply(status: int, body: bytes) -> Reply:
     return Reply(status, [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())], body)
 
 
+@dataclass(slots=True)
+class Charge:
+    """What one request is charged (usage, tpm, token metrics): the backend's own figures when it
+    reported them (exact), else the completion tokens counted from the relayed chunks and the
+    prompt estimated from its bytes (see gateway/charging.py)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    exact: bool
+
+
 @dataclass
 class Exchange:
     """One request's state, filled in as it goes and read in the relay's `finally` (metrics, usage)."""
@@ -45,7 +56,7 @@ class Exchange:
     started: bool = False  # status and headers went to the client
     first_s: float | None = None
     last_s: float | None = None
-    usage: dict[str, int] | None = None
+    charge: Charge | None = None  # None: nothing to charge (no answer came, or the backend refused it)
     replied: bool = False  # the relay has its answer (no more keep-alives while waiting for it)
 
     def start_stream(self) -> bool:

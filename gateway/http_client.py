@@ -24,7 +24,7 @@ class _Target:
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UpstreamError("connect", f"not an http(s) URL: {url!r}")
+            raise UpstreamError("connect", f"not an http(s) URL: {url!r}", "has a URL the gateway cannot use")
         self.ssl = parts.scheme == "https"
         self.host = parts.hostname
         self.port = parts.port or (443 if self.ssl else 80)
@@ -131,9 +131,13 @@ class ConnectionPool:
                     server_hostname=self.host if self.ssl else None,
                 )
         except TimeoutError:
-            raise UpstreamError("connect", f"no connection within {timeout_s} s") from None
+            failure = f"did not accept the connection within {timeout_s} s ([gateway].connect_timeout_s)"
+            raise UpstreamError(
+                "connect", f"no connection to {self.host}:{self.port} within {timeout_s} s", failure
+            ) from None
         except OSError as exc:
-            raise UpstreamError("connect", f"cannot connect to {self.host}:{self.port}: {exc}") from None
+            failure = "refused the connection" if isinstance(exc, ConnectionRefusedError) else "could not be reached"
+            raise UpstreamError("connect", f"cannot connect to {self.host}:{self.port}: {exc}", failure) from None
         self.all.add(proto)
         return proto
 

@@ -58,7 +58,7 @@ class Connection(asyncio.Protocol):
             parser.feed_data(data)
         except httptools.HttpParserError as exc:
             resp.flush_piped()
-            resp.fail("broken", f"bad HTTP response from the backend ({exc})")
+            resp.fail("broken", f"bad HTTP response from the backend ({exc})", "sent a malformed HTTP response")
             self.abort()
             return
         if resp._piped:
@@ -79,7 +79,8 @@ class Connection(asyncio.Protocol):
             resp.message_complete()
             return
         detail = str(exc) if exc else "the backend closed the connection"
-        resp.fail("broken", detail or type(exc).__name__)
+        failure = "reset the connection" if isinstance(exc, ConnectionResetError) else "closed the connection"
+        resp.fail("broken", detail or type(exc).__name__, failure)
 
     def pause_writing(self) -> None:  # requests are small; nothing to hold back
         pass
@@ -129,7 +130,7 @@ class Connection(asyncio.Protocol):
                 self.transport.abort()
             self.pool.forget(self)
             if self.resp is not None:
-                self.resp.fail("broken", "the connection was closed by the gateway")
+                self.resp.fail("broken", "the connection was closed by the gateway", "was disconnected by the gateway")
 
     def pause(self) -> None:
         if not self.paused and self.transport is not None and not self.closed:
@@ -201,10 +202,10 @@ class Response:
         if end is not None and not end.done():
             end.set_result(None)
 
-    def fail(self, reason: str, detail: str) -> None:
+    def fail(self, reason: str, detail: str, failure: str) -> None:
         if self.done or self._error is not None:
             return
-        self._error = UpstreamError(reason, detail)
+        self._error = UpstreamError(reason, detail, failure)
         waiter, self.headers_waiter = self.headers_waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(self._error.again())

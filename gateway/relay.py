@@ -14,7 +14,8 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from gateway.errors import bare, error_body, sse_error
+from gateway import charging
+from gateway.errors import bare, error_body, error_message, sse_error
 from gateway.exchange import SSE_HEADERS, Exchange, Reply, json_reply
 from gateway.flights import Flight, Flights
 from gateway.idle import IdleWatch
@@ -25,7 +26,7 @@ from gateway.pipe import Pipe
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
 from gateway.routing.prefix import prompt_blocks
-from gateway.sse import SseFilter, usage_tokens
+from gateway.sse import SseFilter, shown_usage
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.usage import UsageRecorder
 from zerogap.config.gateway import GatewaySection
@@ -33,18 +34,22 @@ from zerogap.config.gateway import GatewaySection
 log = logging.getLogger("zerogap.gateway.relay")
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+CREDENTIAL_STATUSES = frozenset({401, 403})  # the backend refused the gateway's api_key: not the client's to fix
 OUTLIER_LABELS = frozenset({"connect", "broken", "500", "502", "503", "504"})  # failures that count toward ejection
 
 
 class Retry(Exception):
-    """This attempt failed before the first byte; another backend may be tried."""
+    """This attempt failed before the first byte; another backend may be tried. `message` goes
+    to the client: it names the backend and the kind of failure, never an address, an errno or
+    the backend's body, which go to the log (`detail`)."""
 
-    def __init__(self, status: int, label: str, message: str, final: bool = False) -> None:
+    def __init__(self, status: int, label: str, message: str, final: bool = False, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.label = label
         self.message = message
         self.final = final  # no other backend is to be tried (the gateway is shutting down)
+        self.detail = detail  # for the log only
 
 
 class Relay:
@@ -115,7 +120,7 @@ class Relay:
             exchange.status = 499
             raise
         finally:
-            self._account(exchange)
+            charging.settle(exchange, self.metrics, self.limiter, self.usage)
 
     def _prompt_blocks(self, call: Call) -> list[int]:
         s = self.settings.cache_aware
@@ -134,11 +139,13 @@ class Relay:
         if exc.label == "draining":
             return
         self.metrics.upstream_errors.labels(exchange.call.model, backend.name, str(exc.label)).inc()
-        log.warning("backend %s failed before the first byte (%s): %s", backend.name, exc.label, exc.message)
+        log.warning(
+            "backend %s failed before the first byte (%s): %s", backend.name, exc.label, exc.detail or exc.message
+        )
         if exc.label in OUTLIER_LABELS:
             failures.failed(backend, exc.label)
         if exc.label == "connect":  # out of the pool until the next health check says otherwise
-            self.flights.take_out(backend, f"connection refused ({exc.message})", "connect")
+            self.flights.take_out(backend, f"connection failed ({exc.detail or exc.message})", "connect")
 
     def _fail(self, exchange: Exchange, failure: Retry) -> Reply | bytes:
         exchange.status = failure.status
@@ -184,7 +191,7 @@ class Relay:
                 f"Backend {backend.name} sent nothing within {timeout_s} s ([gateway].first_byte_timeout_s).",
             ) from None
         except UpstreamError as exc:
-            raise Retry(502, exc.reason, f"Backend {backend.name} failed: {exc.detail}") from None
+            raise Retry(502, exc.reason, f"Backend {backend.name} {exc.failure}.", detail=exc.detail) from None
 
     @staticmethod
     def _stopped(backend: Backend, flight: Flight) -> Retry:
@@ -205,33 +212,43 @@ class Relay:
             return None
         if status in RETRY_STATUSES:
             resp.close()
-            raise Retry(502, str(status), f"Backend {backend.name} answered {status}: {first[:300]!r}")
+            detail = f"answered {status}: {first[:300]!r}"  # the body may hold internal detail: the log's only
+            raise Retry(502, str(status), f"Backend {backend.name} answered {status}.", detail=detail)
+        if status in CREDENTIAL_STATUSES:
+            resp.close()
+            detail = f"answered {status} (check its api_key): {first[:300]!r}"
+            raise Retry(502, str(status), f"Backend {backend.name} refused the gateway's credentials.", detail=detail)
         self.outlier.success(backend)
         resp.release()
         exchange.replied = True
         if status != 200:
-            return self._refused(exchange, status, first)
+            return self._refused(exchange, backend, status, first)
         return self._whole(exchange, first)
 
-    def _refused(self, exchange: Exchange, status: int, body: bytes) -> Reply | bytes:
-        """A 4xx from the backend: passed on as it is (inside the stream if one was started)."""
+    def _refused(self, exchange: Exchange, backend: Backend, status: int, body: bytes) -> Reply | bytes:
+        """A 4xx is the client's to fix: the backend's OpenAI error body goes on as it is (inside the
+        stream if one was started); vLLM's messages name the client's own input, never an address.
+        Any other answer (another 5xx, a body that is no OpenAI error, such as a proxy's HTML page)
+        is replaced by the gateway's own message, and logged."""
+        message = error_message(body) if 400 <= status < 500 else None
+        if message is None:
+            log.warning("backend %s answered %s: %r", backend.name, status, body[:300])
+            message = f"Backend {backend.name} answered {status} (its body is in the gateway's log)."
+            status = status if 400 <= status < 500 else 502
+            body = json.dumps(error_body(message, "upstream_error", None, status)).encode()
         exchange.status = status
         if not exchange.started:
             return json_reply(status, body)
-        try:
-            message = json.loads(body)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = body[:300].decode(errors="replace")
-        return sse_error(str(message), "invalid_request_error", status)
+        return sse_error(message, "invalid_request_error" if status < 500 else "upstream_error", status)
 
     def _whole(self, exchange: Exchange, body: bytes) -> Reply:
         exchange.status = 200
         exchange.first_s = exchange.last_s = time.monotonic()
         try:
-            usage = json.loads(body).get("usage")
-            exchange.usage = usage if isinstance(usage, dict) else None
-        except (ValueError, AttributeError):
-            exchange.usage = None
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        exchange.charge = charging.of_body(exchange.call, answer)
         return json_reply(200, body)
 
     async def _stream(
@@ -241,7 +258,8 @@ class Relay:
         exchange.status = 200
         exchange.replied = True
         clean = False
-        filt = SseFilter(strip_usage=not exchange.call.client_wants_usage)
+        call = exchange.call
+        filt = SseFilter(shown_usage(call.client_wants_usage, call.client_wants_continuous_usage))
         idle_s = self.settings.idle_timeout_s
         watch = IdleWatch(idle_s, resp.close)
         flight.streaming(watch)
@@ -257,7 +275,7 @@ class Relay:
             if error is None and watch.fired:
                 error = UpstreamError("idle", "idle timeout")
             if isinstance(error, UpstreamError):  # the backend broke the stream, or went quiet
-                yield self._stream_broken(exchange, flight, error.detail, watch.fired)
+                yield self._stream_broken(exchange, flight, error, watch.fired)
                 return
             if error is not None:  # sending to the client failed
                 try:
@@ -271,40 +289,16 @@ class Relay:
             clean = True
         finally:
             watch.cancel()
-            exchange.usage = filt.usage
+            exchange.charge = charging.of_stream(call, filt)  # what was relayed, however it ended
             resp.release() if clean else resp.close()
 
-    def _stream_broken(self, exchange: Exchange, flight: Flight, detail: str, idle: bool) -> bytes:
+    def _stream_broken(self, exchange: Exchange, flight: Flight, error: UpstreamError, idle: bool) -> bytes:
         if idle:
             exchange.status, message = flight.ended(self.settings.idle_timeout_s)
         else:
             exchange.status = 502
-            message = f"The backend broke the stream: {detail}"
+            name = flight.backend.name
+            message = f"Backend {name} broke the stream (it {error.failure})."
+            log.warning("backend %s broke the stream: %s", name, error.detail)
             self.outlier.failure(flight.backend, "broken")
         return sse_error(message, code=exchange.status)
-
-    def _account(self, exchange: Exchange) -> None:
-        call, m, who, backend = exchange.call, self.metrics, exchange.who, exchange.backend
-        status = str(exchange.status)
-        m.requests.labels(call.model, backend, who.name, status).inc()
-        now = time.monotonic()
-        m.duration.labels(call.model, backend, status).observe(now - exchange.t0_s)
-        prompt, completion = usage_tokens(exchange.usage)
-        first_s, last_s = exchange.first_s, exchange.last_s
-        if call.stream and first_s is not None:
-            m.ttft.labels(call.model, backend).observe(first_s - exchange.t0_s)
-            if completion > 1 and last_s is not None:
-                m.tpot.labels(call.model, backend).observe((last_s - first_s) / (completion - 1))
-        if prompt or completion:
-            m.tokens.labels(call.model, who.name, "prompt").inc(prompt)
-            m.tokens.labels(call.model, who.name, "completion").inc(completion)
-            self.usage.record(who.name, call.model, prompt, completion)
-        if who.tpm is not None:
-            self.limiter.settle(who, exchange.estimate, prompt + completion)
-        if log.isEnabledFor(logging.DEBUG):
-            ttft_ms = f"{1000 * (first_s - exchange.t0_s):.1f}" if first_s is not None else "-"
-            log.debug(
-                "%s model=%s key=%s backend=%s status=%s ttft_ms=%s duration_ms=%.1f tokens=%d+%d",
-                call.path, call.model, who.name, backend, status, ttft_ms, 1000 * (now - exchange.t0_s),
-                prompt, completion,
-            )  # fmt: skip

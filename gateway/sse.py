@@ -1,22 +1,63 @@
-"""Pass SSE bytes through whole events at a time, reading usage and dropping the
-usage-only chunk when the client did not ask for it. Other events are not re-encoded."""
+"""Pass SSE bytes through whole events at a time, reading the usage the backend reports and
+showing the client only the usage it asked for. Events are never re-encoded.
+
+The gateway asks a streaming backend for usage on every chunk (vLLM's `stream_options:
+{"include_usage": true, "continuous_usage_stats": true}`), so that a stream that ends early
+(client gone, backend broke, idle timeout, ejection, drain) is charged exactly what was relayed.
+Reading it must stay cheap: this runs once per read from the backend, on the per-token hot path.
+So no event is decoded as JSON and, on the usual path, no regex scans a read: usage is
+cumulative, so only the last usage object relayed matters, and only where it is (the read's
+bytes and an offset) is kept; its two counts are read once, when the stream ends. For a client
+that did not ask for it, the `usage` field is cut out of each chunk with `find` and slicing, its
+end found by matching braces (a usage object holds no strings). JSON that is not compact (vLLM's,
+the sim's and OpenAI's are) takes a slower path through regular expressions, to the same end.
+
+When the backend reports no usage at all, completion tokens are counted instead: one per event
+that carries a choice, less the chat stream's role-only opener. One token per chunk is vLLM's
+streaming granularity (its default `--stream-interval 1`); a backend that packs several tokens
+into a chunk is under-counted by that factor, and a bare finish chunk counts one too many.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import re
+from typing import Final
 
 MAX_PENDING_BYTES = 1 << 20  # an "event" this long without a blank line is passed on as it is
 
+# What the client sees of the backend's usage (from its stream_options).
+SHOW_NONE: Final = 0  # asked for nothing: no usage field in any chunk, no usage-only chunk
+SHOW_FINAL: Final = 1  # include_usage: the final usage-only chunk (choices: []) and nothing else
+SHOW_ALL: Final = 2  # include_usage and continuous_usage_stats: as the backend sends it
+
+FIELD = b',"usage":'  # the usage field in compact JSON, after another field (vLLM: after "choices")
+USAGE_ONLY = b'"choices":[]'  # what comes right before it in the final usage-only chunk
+
+_OBJECT = rb"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}"  # a JSON object holding objects one level deep (*_details)
+_USAGE_AT = re.compile(rb'"usage"\s*:\s*(' + _OBJECT + rb")")
+# The field inside a chunk. It never matches inside a JSON string: there a quote is escaped (\").
+_USAGE_FIELD = re.compile(rb',\s*"usage"\s*:\s*(?:' + _OBJECT + rb"|null)")
+_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+_USAGE_ONLY_EVENT = re.compile(rb'data:[^\n]*"choices"\s*:\s*\[\s*\][^\n]*\n\r?\n')
+_TOKENS = re.compile(rb'"(prompt|completion)_tokens"\s*:\s*(\d+)')
+
+
+def shown_usage(wants_usage: bool, wants_continuous: bool) -> int:
+    """SHOW_* for a client's stream_options (vLLM honours continuous_usage_stats only with include_usage)."""
+    if not wants_usage:
+        return SHOW_NONE
+    return SHOW_ALL if wants_continuous else SHOW_FINAL
+
 
 class SseFilter:
-    __slots__ = ("_pending", "num_events", "strip_usage", "usage")
+    __slots__ = ("_pending", "_usage", "_usage_at", "num_chunks", "show")
 
-    def __init__(self, strip_usage: bool) -> None:
-        self.strip_usage = strip_usage
-        self.usage: dict[str, Any] | None = None
+    def __init__(self, show: int) -> None:
+        self.show = show
+        self.num_chunks = 0  # events with a choice relayed, less role-only openers (counted while no usage came)
+        self._usage: bytes | None = None  # the read that held the last usage object the backend reported,
+        self._usage_at = 0  # and where in it (at its "usage" key)
         self._pending = b""
-        self.num_events = 0
 
     def feed(self, data: bytes) -> bytes:
         """Bytes to forward now: the complete events of pending + data."""
@@ -34,7 +75,11 @@ class SseFilter:
             self._pending = data[end:]
             data = data[:end]
         if b'"usage"' in data:
-            return self._usage(data)
+            return self._usage_in(data)
+        if self._usage is None:
+            self.num_chunks += data.count(b"data: {")
+            if self.num_chunks <= 1:  # the chat stream's role-only opener comes first (vLLM: with the first token)
+                self.num_chunks -= data.count(b'"delta":{"role"')
         return data
 
     def rest(self) -> bytes:
@@ -42,37 +87,88 @@ class SseFilter:
         rest, self._pending = self._pending, b""
         return rest
 
-    def _usage(self, data: bytes) -> bytes:
-        events = data.split(b"\n\n")
-        kept = [e for e in events if not self._consume(e)]
-        return b"\n\n".join(kept)
+    def reported(self) -> tuple[int | None, int | None]:
+        """(prompt, completion) tokens of the last usage the backend reported; None where it said nothing."""
+        found = _USAGE_AT.match(self._usage, self._usage_at) if self._usage is not None else None
+        counts = dict(_TOKENS.findall(found.group(1))) if found is not None else {}
+        prompt, completion = counts.get(b"prompt"), counts.get(b"completion")
+        return (int(prompt) if prompt else None, int(completion) if completion else None)
 
-    def _consume(self, event: bytes) -> bool:
-        """Read usage from an event; True if the event is to be dropped."""
-        if b'"usage"' not in event or b'"usage":null' in event:
-            return False
-        payload = event.strip()
-        if not payload.startswith(b"data:"):
-            return False
-        try:
-            obj = json.loads(payload[5:])
-        except ValueError:
-            return False
-        usage = obj.get("usage") if isinstance(obj, dict) else None
-        if not isinstance(usage, dict):
-            return False
-        self.usage = usage
-        return self.strip_usage and obj.get("choices") == []
+    def _usage_in(self, data: bytes) -> bytes:
+        at = data.find(FIELD)
+        if at < 0:
+            return self._usage_in_any_json(data)
+        if self.show == SHOW_ALL:
+            self._mark(data, data.rfind(FIELD) + 1)
+            return data
+        parts: list[bytes] = []
+        start = 0
+        while at >= 0:
+            value = at + len(FIELD)
+            if data.startswith(b"null", value):
+                end = value + 4
+            else:
+                end = _object_end(data, value)
+                if end < 0:  # not a usage object as vLLM writes one: leave the rest as it came
+                    break
+                self._usage, self._usage_at = data, at + 1
+                if data.endswith(USAGE_ONLY, 0, at):  # the final usage-only chunk: kept or dropped whole
+                    if self.show == SHOW_FINAL:
+                        at = data.find(FIELD, end)
+                        continue
+                    at, end = data.rfind(b"\n", 0, at) + 1, _event_end(data, end)
+            parts.append(data[start:at])
+            start = end
+            at = data.find(FIELD, end)
+        parts.append(data[start:])
+        return b"".join(parts)
+
+    def _mark(self, data: bytes, at: int) -> None:
+        """The usage field at `at` is the last one relayed (unless it is null)."""
+        if not data.startswith(b"null", at + len(FIELD) - 1):
+            self._usage, self._usage_at = data, at
+
+    def _usage_in_any_json(self, data: bytes) -> bytes:
+        """_usage_in for JSON with spaces (or a usage field first): the same, with regular expressions."""
+        end = len(data)
+        while (at := data.rfind(b'"usage"', 0, end)) >= 0:  # the last one that is an object, not null
+            if _USAGE_AT.match(data, at) is not None:
+                self._usage, self._usage_at = data, at
+                break
+            end = at
+        if self.show == SHOW_ALL:
+            return data
+        final = _USAGE_ONLY_EVENT.search(data) if _NO_CHOICES.search(data) is not None else None
+        if final is None:
+            return _USAGE_FIELD.sub(b"", data)
+        start, stop = final.span()
+        kept = data[start:stop] if self.show == SHOW_FINAL else b""
+        return _USAGE_FIELD.sub(b"", data[:start]) + kept + _USAGE_FIELD.sub(b"", data[stop:])
+
+
+def _object_end(data: bytes, start: int) -> int:
+    """Just past the JSON object at `start` (-1 if none): braces matched, as no string is inside."""
+    if not data.startswith(b"{", start):
+        return -1
+    close = data.find(b"}", start)
+    inner = data.find(b"{", start + 1, close)
+    while inner >= 0 and close >= 0:  # each object inside moves the end one closing brace on
+        close = data.find(b"}", close + 1)
+        inner = data.find(b"{", inner + 1, close)
+    return close + 1 if close >= 0 else -1
+
+
+def _event_end(data: bytes, pos: int) -> int:
+    """Just past the blank line that ends the event going on at `pos`."""
+    line_end = data.find(b"\n", pos)
+    if line_end < 0:
+        return len(data)
+    for blank in (b"\n", b"\r\n"):
+        if data.startswith(blank, line_end + 1):
+            return line_end + 1 + len(blank)
+    return line_end + 1
 
 
 def _crlf_end(data: bytes) -> int:
     end = data.rfind(b"\n\r\n")
     return end + 3 if end >= 0 else -1
-
-
-def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
-    """(prompt, completion) tokens of a usage object; zeros when absent or malformed."""
-    if not usage:
-        return 0, 0
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return (prompt if isinstance(prompt, int) else 0, completion if isinstance(completion, int) else 0)

@@ -9,17 +9,22 @@ from typing import Protocol
 
 
 class UpstreamError(Exception):
-    """The backend could not be reached or broke the connection; `reason` is a short label."""
+    """The backend could not be reached or broke the connection.
 
-    def __init__(self, reason: str, detail: str) -> None:
+    `reason` is a short label (metrics); `detail` is the whole story for the gateway's log
+    (addresses, errno); `failure` says what went wrong in words a client may read: never an
+    address, a port or an errno, which would map the internal network for any tenant."""
+
+    def __init__(self, reason: str, detail: str, failure: str = "failed") -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.failure = failure
 
     def again(self) -> UpstreamError:
         """A fresh copy to raise: a stored error raised twice would carry the frames of both
         raises, and those frames hold its keeper (a reference cycle the collector must find)."""
-        return UpstreamError(self.reason, self.detail)
+        return UpstreamError(self.reason, self.detail, self.failure)
 
 
 class UpstreamResponse(Protocol):

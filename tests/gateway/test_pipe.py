@@ -15,7 +15,7 @@ from gateway.asgi import Message
 from gateway.http_client import HttpUpstream
 from gateway.idle import IdleWatch
 from gateway.pipe import Pipe
-from gateway.sse import SseFilter
+from gateway.sse import SHOW_ALL, SseFilter
 from gateway.upstream import UpstreamResponse
 from tests.fixtures.upstream import Behavior, UpstreamServer
 
@@ -36,7 +36,7 @@ async def open_stream(url: str) -> tuple[HttpUpstream, UpstreamResponse, bytes]:
 
 
 def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
-    filt = SseFilter(strip_usage=False)
+    filt = SseFilter(SHOW_ALL)
     out: Any = SimpleNamespace(last_s=None)  # the pipe only stamps the last chunk's time on it
     return Pipe(resp, filt, out, IdleWatch(30, resp.close)), filt, out
 
