@@ -7,11 +7,15 @@ import asyncio
 import gc
 import logging
 import sys
+from typing import TYPE_CHECKING, Any
 
 from gateway.store import KeyStoreError
 from gateway.stores import open_store
 from zerogap.argtypes import positive_int
 from zerogap.config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    import uvicorn
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 GC_THRESHOLDS = (20_000, 50, 100)
@@ -112,10 +116,33 @@ def tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLDS[0], GC_THRESHOLDS[1], GC_THRESHOLDS[2])
 
 
+def uvicorn_config(app: Any, config: Config, level: str) -> uvicorn.Config:
+    """uvicorn's settings for the gateway: httptools with the [server] HTTP limits
+    (gateway/http_limits.py), no WebSocket (the gateway has no WebSocket route)."""
+    import uvicorn
+
+    from gateway.http_limits import HttpLimits, protocol_class
+
+    s = config.server
+    limits = HttpLimits(s.max_header_bytes, s.header_timeout_s, s.body_timeout_s, s.max_connections)
+    return uvicorn.Config(
+        app,
+        host=s.host,
+        port=s.port,
+        loop="uvloop",
+        http=protocol_class(limits),
+        ws="none",
+        access_log=config.logging.access_log,
+        log_level=level,
+        log_config=None,
+        lifespan="on",
+        backlog=4096,
+    )
+
+
 def serve(config: Config, level: str, reuse_port: bool = False) -> int:
     """Serve in this process; reuse_port: bind with SO_REUSEPORT, as one worker of several."""
     import httptools  # noqa: F401  (imported now so that tune_gc freezes it too)
-    import uvicorn
     import uvloop  # noqa: F401
 
     raise_open_file_limit()
@@ -129,22 +156,7 @@ def serve(config: Config, level: str, reuse_port: bool = False) -> int:
         if gw is not None:
             gw.drain.begin()
 
-    server = server_for(
-        uvicorn.Config(
-            app,
-            host=config.server.host,
-            port=config.server.port,
-            loop="uvloop",
-            http="httptools",
-            access_log=config.logging.access_log,
-            log_level=level,
-            log_config=None,
-            lifespan="on",
-            backlog=4096,
-        ),
-        config.gateway.drain_timeout_s,
-        on_drain,
-    )
+    server = server_for(uvicorn_config(app, config, level), config.gateway.drain_timeout_s, on_drain)
     sockets = None
     if reuse_port:
         from gateway.workers import reuse_port_socket

@@ -1,0 +1,247 @@
+"""HTTP limits as nginx has them, on uvicorn's httptools protocol (which has none of them).
+
+- Header size: the request line and headers of a request are at most `[server] max_header_bytes`;
+  beyond it: 431 and the connection closed. A header line that never ends is cut as soon as the
+  bytes received in the header section pass the limit (httptools buffers a partial line where we
+  cannot see it, so we count what arrives before the headers are complete).
+- Header time: a request's headers are complete within `header_timeout_s` of the connection's
+  start (first request) or of the request's first byte (later ones: an idle keep-alive connection
+  keeps uvicorn's own keep-alive timeout). Else: 408 if a byte of the request came and nothing is
+  in flight, and the connection closed (slowloris).
+- Body time: the body is complete within `body_timeout_s` of the headers; else 408, closed.
+- Connections: beyond `max_connections` open in this process, a request gets 503, closed.
+
+Why a protocol subclass: the limits are per connection and per request, and the gateway's CPU
+per relayed token is a headline figure. Nothing here runs per response chunk (the send path is
+uvicorn's, untouched); per incoming chunk it adds an attribute test or two; per request one timer
+armed and cancelled, and the exact header size computed only when the bytes counted pass the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from asyncio import TimerHandle
+from typing import Any, ClassVar, NamedTuple
+
+import httptools
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from gateway.errors import ApiError
+
+log = logging.getLogger("zerogap.gateway.http")
+
+HEADER_LINE_OVERHEAD_BYTES = 4  # ": " and CRLF of one header line
+REQUEST_LINE_OVERHEAD_BYTES = 20  # method, spaces, "HTTP/1.1", CRLF; and the blank line
+
+
+class HttpLimits(NamedTuple):
+    max_header_bytes: int = 32 * 1024
+    header_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
+    max_connections: int = 10_000
+
+
+class _Refused(Exception):
+    """Raised from a parser callback after the refusal is written: it stops httptools' parsing."""
+
+
+class LimitedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of `limits` (see `protocol_class`)."""
+
+    limits: ClassVar[HttpLimits] = HttpLimits()
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._in_headers = True  # between a message's end (or the connection's start) and its headers' end
+        self._header_bytes = 0  # bytes received while _in_headers (those of a pipelined tail not counted)
+        self._exact_check = False  # the request began mid-chunk: its header size is computed at its end
+        self._timer: TimerHandle | None = None  # the header or the body deadline, whichever is running
+        self._over_limit = False
+        self._refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._over_limit = len(self.connections) > self.limits.max_connections
+        self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's, with the bytes of the header section counted and the body deadline armed."""
+        self._unset_keepalive_if_required()
+        if self._in_headers:
+            self._header_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self._refused:  # our refusal stopped the parser; the response is written
+                return
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._in_headers:
+            if self._header_bytes > self.limits.max_header_bytes:
+                self._refuse_headers_too_large()
+        elif self._timer is None:  # a body that did not come with its headers: it has a deadline
+            self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._timer is None:  # a later request on a keep-alive connection: its first byte came
+            self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
+        if not self._header_bytes:  # it began inside a chunk that was not counted as headers
+            self._exact_check = True
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        self._cancel_timer()
+        if (self._exact_check or self._header_bytes > self.limits.max_header_bytes) and (
+            self._header_section_bytes() > self.limits.max_header_bytes
+        ):
+            self._refuse_headers_too_large()
+            raise _Refused  # stops the parser: no app, no body
+        self._exact_check = False
+        if self._over_limit:
+            self._refuse_over_limit()
+            raise _Refused
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._cancel_timer()
+        self._in_headers = True
+        self._header_bytes = 0
+        super().on_message_complete()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _header_section_bytes(self) -> int:
+        """The request line and headers as received (less the spaces httptools strips)."""
+        lines = sum(len(name) + len(value) for name, value in self.headers)
+        return len(self.url) + REQUEST_LINE_OVERHEAD_BYTES + lines + HEADER_LINE_OVERHEAD_BYTES * len(self.headers)
+
+    def _peer(self) -> str:
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "client"
+
+    def _idle(self) -> bool:
+        """No response is in flight on this connection: one of ours may be written."""
+        return self.cycle is None or self.cycle.response_complete
+
+    def _refuse_headers_too_large(self) -> None:
+        limit = self.limits.max_header_bytes
+        self._refuse(
+            ApiError(
+                431,
+                f"The request line and headers are larger than {limit} bytes ([server].max_header_bytes). "
+                "Send fewer or shorter headers.",
+                code="headers_too_large",
+            ),
+            f"header section over {limit} bytes",
+        )
+
+    def _refuse_over_limit(self) -> None:
+        limit = self.limits.max_connections
+        self._refuse(
+            ApiError(
+                503,
+                f"The gateway holds its most connections ({limit}, [server].max_connections). "
+                "Retry shortly, or reuse a connection.",
+                "server_error",
+                code="too_many_connections",
+                headers={"retry-after": "1"},
+            ),
+            f"over {limit} connections",
+        )
+
+    def _refuse(self, error: ApiError, why: str) -> None:
+        """Answer `error` (when no response is in flight) and close. A parser callback raises
+        _Refused after it, to stop the parser (data_received swallows the error that follows)."""
+        self._refused = True
+        self._cancel_timer()
+        log.info("%s: %d, connection closed: %s", self._peer(), error.status, why)
+        if self._idle() and not self.transport.is_closing():
+            self.transport.write(self._response(error))
+        self.transport.close()
+
+    def _response(self, error: ApiError) -> bytes:
+        body = error.encoded()
+        content = [STATUS_LINE[error.status]]
+        for name, value in self.server_state.default_headers:
+            content += [name, b": ", value, b"\r\n"]
+        for key, text in error.headers.items():
+            content += [key.encode(), b": ", text.encode(), b"\r\n"]
+        content += [b"content-type: application/json\r\ncontent-length: ", b"%d" % len(body)]
+        content += [b"\r\nconnection: close\r\n\r\n", body]
+        return b"".join(content)
+
+    def _header_timed_out(self) -> None:
+        """Slowloris: the headers did not come in time. Silent close on a connection that sent no
+        byte of this request (as nginx does); a 408 otherwise, when nothing else is in flight."""
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        began = self._header_bytes > 0 or self._exact_check
+        timeout_s = self.limits.header_timeout_s
+        error = ApiError(
+            408,
+            f"The request headers did not arrive within {timeout_s:g} s ([server].header_timeout_s).",
+            code="header_timeout",
+        )
+        self._close_late(error if began and self._idle() else None, "headers not complete in time")
+
+    def _body_timed_out(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # we stopped reading (the app has not taken the body yet): not the client's
+            self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
+            return
+        timeout_s = self.limits.body_timeout_s
+        error = ApiError(
+            408,
+            f"The request body did not arrive within {timeout_s:g} s ([server].body_timeout_s). "
+            "Send the whole body at once.",
+            code="body_timeout",
+        )
+        self._close_late(error if not self.cycle.response_started else None, "body not complete in time")
+
+    def _close_late(self, error: ApiError | None, why: str) -> None:
+        """Close on a timer (not inside the parser), answering `error` first unless it is None."""
+        log.info("%s: connection closed: %s", self._peer(), why)
+        if error is not None:
+            self.transport.write(self._response(error))
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:  # the app's receive() gets http.disconnect
+            cycle.disconnected = True  # and its sends are dropped, before the connection is lost
+            cycle.message_event.set()
+        self.transport.close()
+
+
+def protocol_class(limits: HttpLimits) -> type[LimitedHttpProtocol]:
+    """The protocol class to give uvicorn.Config(http=...): uvicorn makes one per connection."""
+
+    class ConfiguredHttpProtocol(LimitedHttpProtocol):
+        pass
+
+    ConfiguredHttpProtocol.limits = limits
+    return ConfiguredHttpProtocol

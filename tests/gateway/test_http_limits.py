@@ -1,0 +1,259 @@
+"""The HTTP limits of [server] (gateway/http_limits.py): header size, header and body time, the
+number of connections. The real app behind uvicorn as `zerogap gateway` configures it
+(gateway.cli.uvicorn_config, uvloop), a real upstream, raw sockets on loopback; and once the
+real `zerogap gateway` process."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.cli import uvicorn_config
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.gateway.processes import GatewayProcess, write_config
+from tests.gateway.raw_http import chat_request, connect, parse, read_response, read_to_end, request
+from zerogap.config import Config, parse_config
+from zerogap.net import free_port
+
+KEY = "unified-limits-secret-1"
+MAX_HEADER_BYTES = 32 * 1024
+HEADER_TIMEOUT_S = 1.0
+BODY_TIMEOUT_S = 2.0
+MAX_CONNECTIONS = 4
+MARGIN_S = 8.0  # a busy machine may be late; never early
+SMALL_BUFFER_BYTES = 2048  # the kernel doubles it; autotuning is off for such a socket
+ENDLESS_CAP_BYTES = 8 * 1024 * 1024
+HEALTH = request("GET", "/health")
+
+
+def limits_config(tmp_path: Path, upstream_url: str, server: str) -> Config:
+    port = free_port()
+    text = (
+        f'[server]\nport = {port}\napi_key = "{KEY}"\n{server}\n'
+        '[gateway]\nkey_store = "keys.db"\nhealth_interval_s = 0.2\nload_scrape_interval_s = 0.1\n'
+        f'[[backends]]\nname = "b0"\nurl = "{upstream_url}"\nmodel = "m"\n'
+    )
+    return parse_config(text, str(tmp_path / "config.toml"), env={}, base_dir=tmp_path)
+
+
+class LimitedGateway:
+    """uvicorn as the gateway configures it, on a thread; its listening socket has a small receive
+    buffer (inherited by each connection), so that a client's count of bytes sent is close to
+    the bytes the server read."""
+
+    def __init__(self, config: Config) -> None:
+        self.port = config.server.port
+        self.server = uvicorn.Server(uvicorn_config(create_app(config), config, "warning"))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_BUFFER_BYTES)
+        self.sock.bind(("127.0.0.1", self.port))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def num_connections(self) -> int:
+        return len(self.server.server_state.connections)
+
+    def __enter__(self) -> LimitedGateway:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the gateway did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamServer]:
+    with UpstreamServer(Behavior(interval_s=0.1, num_output_tokens=100), model="m") as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: UpstreamServer) -> Iterator[LimitedGateway]:
+    server = (
+        f"max_header_bytes = {MAX_HEADER_BYTES}\nheader_timeout_s = {HEADER_TIMEOUT_S}\n"
+        f"body_timeout_s = {BODY_TIMEOUT_S}\nmax_connections = {MAX_CONNECTIONS}"
+    )
+    with LimitedGateway(limits_config(tmp_path_factory.mktemp("limits"), upstream.url, server)) as gw:
+        yield gw
+
+
+def assert_error(raw: bytes, status: int, setting: str) -> None:
+    response = parse(raw)
+    assert response.status == status, raw[:300]
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and setting in error["message"], error
+    assert response.headers["connection"] == "close"
+
+
+def test_an_endless_header_line_is_cut_near_the_limit(gateway: LimitedGateway) -> None:
+    sock = connect(gateway.port, sndbuf=SMALL_BUFFER_BYTES)
+    sent = 0
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: ")
+        while sent < ENDLESS_CAP_BYTES:
+            sock.sendall(b"a" * 1024)
+            sent += 1024
+    except OSError:  # reset, or a broken pipe: the server closed the connection
+        pass
+    raw, _ = read_to_end(sock)
+    sock.close()
+    print(f"{sent} bytes of one header line accepted")
+    assert sent < 2 * MAX_HEADER_BYTES, f"{sent} bytes of one header line were accepted"
+    if raw:  # the 431 came before the reset (as it does on Linux, but a reset may beat it)
+        assert_error(raw, 431, "[server].max_header_bytes")
+
+
+def test_a_header_section_over_the_limit_gets_431(gateway: LimitedGateway) -> None:
+    padding = {f"X-Pad-{i}": "p" * 4000 for i in range(10)}  # 40 KB
+    with connect(gateway.port) as sock:
+        try:
+            sock.sendall(request("GET", "/health", padding))
+        except OSError:
+            pass
+        raw, _ = read_to_end(sock)
+    assert_error(raw, 431, "[server].max_header_bytes")
+
+
+def test_a_large_legal_header_section_works_twice_on_one_connection(gateway: LimitedGateway) -> None:
+    padding = {f"X-Pad-{i}": "p" * 3800 for i in range(8)}  # 30 KB, sent at once and bit by bit
+    with connect(gateway.port) as sock:
+        sock.sendall(chat_request(KEY, headers=padding))
+        assert read_response(sock).status == 200
+        raw = chat_request(KEY, headers=padding)
+        for i in range(0, len(raw), 1000):
+            sock.sendall(raw[i : i + 1000])
+        response = read_response(sock)
+    assert response.status == 200 and response.json()["choices"][0]["message"]["content"]
+
+
+def test_slowloris_headers_are_cut_with_408(gateway: LimitedGateway) -> None:
+    with connect(gateway.port) as sock:
+        began_s = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        closed = False
+        for byte in b"X-Slow: " + b"s" * 200:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.1)
+            closed = time.monotonic() - began_s > HEADER_TIMEOUT_S + MARGIN_S
+            if closed:
+                break
+        assert not closed, "still open long after header_timeout_s"
+        raw, closed_s = read_to_end(sock)
+    assert HEADER_TIMEOUT_S <= closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
+    assert_error(raw, 408, "[server].header_timeout_s")
+
+
+def test_a_silent_connection_is_closed_without_an_answer(gateway: LimitedGateway) -> None:
+    with connect(gateway.port) as sock:
+        began_s = time.monotonic()
+        raw, closed_s = read_to_end(sock)
+    assert raw == b"" and HEADER_TIMEOUT_S <= closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
+
+
+def test_an_idle_keep_alive_connection_outlives_the_header_timeout(gateway: LimitedGateway) -> None:
+    with connect(gateway.port) as sock:
+        sock.sendall(HEALTH)
+        assert read_response(sock).status == 200
+        time.sleep(2 * HEADER_TIMEOUT_S)  # idle: uvicorn's keep-alive (5 s) applies, not the header timer
+        sock.sendall(HEALTH)
+        assert read_response(sock).status == 200
+
+
+def test_a_slow_body_gets_408(gateway: LimitedGateway) -> None:
+    raw = chat_request(KEY)
+    with connect(gateway.port) as sock:
+        sock.sendall(raw[:-10])  # the headers and most of the body, then nothing
+        began_s = time.monotonic()
+        answer, closed_s = read_to_end(sock)
+    assert BODY_TIMEOUT_S <= closed_s - began_s < BODY_TIMEOUT_S + MARGIN_S
+    assert_error(answer, 408, "[server].body_timeout_s")
+
+
+def test_a_body_in_parts_within_the_deadline_works(gateway: LimitedGateway) -> None:
+    raw = chat_request(KEY)
+    with connect(gateway.port) as sock:
+        sock.sendall(raw[:-10])
+        time.sleep(0.2)
+        sock.sendall(raw[-10:])
+        assert read_response(sock).status == 200
+
+
+def test_a_stream_longer_than_the_timeouts_works(gateway: LimitedGateway) -> None:
+    with connect(gateway.port) as sock:
+        began_s = time.monotonic()
+        sock.sendall(chat_request(KEY, max_tokens=40, stream=True))
+        response = read_response(sock)
+        assert time.monotonic() - began_s > BODY_TIMEOUT_S + HEADER_TIMEOUT_S  # 40 tokens, 0.1 s apart
+        sock.sendall(HEALTH)  # and the connection still serves
+        assert read_response(sock).status == 200
+    assert response.status == 200 and response.body.rstrip().endswith(b"data: [DONE]")
+    assert response.body.count(b'"content"') >= 40
+
+
+def test_beyond_max_connections_a_request_gets_503(gateway: LimitedGateway) -> None:
+    deadline = time.monotonic() + 10
+    while gateway.num_connections() and time.monotonic() < deadline:  # earlier tests' closes are done
+        time.sleep(0.05)
+    held = [connect(gateway.port) for _ in range(MAX_CONNECTIONS)]
+    try:
+        for sock in held:
+            sock.sendall(HEALTH)
+            assert read_response(sock).status == 200
+        with connect(gateway.port) as extra:
+            extra.sendall(HEALTH)
+            raw, _ = read_to_end(extra)
+        assert_error(raw, 503, "[server].max_connections")
+        assert parse(raw).headers["retry-after"] == "1"
+        held.pop().close()
+        assert _eventually(lambda: gateway.num_connections() < MAX_CONNECTIONS)
+        with connect(gateway.port) as again:
+            again.sendall(HEALTH)
+            assert read_response(again).status == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _eventually(predicate: object, timeout_s: float = 10.0) -> bool:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def test_the_gateway_process_applies_the_limits(tmp_path: Path, upstream: UpstreamServer) -> None:
+    port = free_port()
+    server = f"max_header_bytes = 8192\nheader_timeout_s = {HEADER_TIMEOUT_S}\n"
+    config = write_config(tmp_path / "config.toml", port, upstream.url, {}, server=server)
+    with GatewayProcess(config, port) as gw:
+        with connect(port) as sock:
+            sock.sendall(request("GET", "/health", {"X-Pad": "p" * 9000}))
+            raw, _ = read_to_end(sock)
+        assert_error(raw, 431, "8192 bytes")
+        with connect(port) as sock:
+            began_s = time.monotonic()
+            sock.sendall(b"GET /health HTTP/1.1\r\nX-Slow: s")
+            raw, closed_s = read_to_end(sock)
+        assert_error(raw, 408, "[server].header_timeout_s")
+        assert closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
+        with connect(port) as sock:
+            sock.sendall(request("GET", "/health"))
+            assert read_response(sock).status == 200
+    assert "Traceback" not in gw.logs()
