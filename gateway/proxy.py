@@ -89,7 +89,7 @@ class Completions:
             await serve(gw, exchange, pool, receive, send)
         finally:
             if admission.slot is not None:  # the request has really ended: its slot is free
-                gw.limiter.release(admission.slot)
+                pass
 
     async def _admit(
         self, gw: Gateway, scope: Scope, receive: Receive, labels: dict[str, str], admission: Admission
@@ -108,7 +108,7 @@ class Completions:
             admission.slot = await self._limit(gw, who, "none", gw.limiter.admit(who))
         raw = await read_body(receive, scope, max_body_bytes)
         admission.body_read = True
-        call = parse_call(raw, self.path, self.chat)
+        call = parse_call(raw, self.path, self.chat, gw.config.gateway)
         pool = gw.router.pools.get(call.model)
         labels["model"] = call.model if pool is not None else "unknown"  # never a client's arbitrary string
         if pool is None:

@@ -1,4 +1,4 @@
-"""gateway/request.py: the body sent upstream."""
+"""gateway/request.py: what a request may hold, the body sent upstream, the token budget."""
 
 from __future__ import annotations
 
@@ -8,50 +8,164 @@ import pytest
 
 from gateway.errors import ApiError
 from gateway.request import parse_call
+from zerogap.config.gateway import GatewaySection
+
+DEFAULTS = GatewaySection()
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+USAGE_ALWAYS = {"include_usage": True, "continuous_usage_stats": True}
 
 
-def test_usage_option_added_without_reencoding_the_client_body() -> None:
+def parse(raw: bytes, chat: bool = False, **settings):
+    return parse_call(raw, CHAT if chat else COMPLETIONS, chat, GatewaySection(**settings) if settings else DEFAULTS)
+
+
+def sent(raw: bytes, chat: bool = False, **settings) -> dict:
+    return json.loads(parse(raw, chat, **settings).body_for(None))
+
+
+def test_usage_on_every_chunk_asked_without_reencoding_the_client_body() -> None:
     raw = b'  {"model": "m", "prompt": "x \\u00e9", "stream": true}\n'
-    call = parse_call(raw, "/v1/completions", chat=False)
-    sent = call.body_for(None)
-    assert sent.startswith(b'{"model": "m", "prompt": "x \\u00e9"')  # the client's bytes, as sent
-    assert json.loads(sent) == {**json.loads(raw), "stream_options": {"include_usage": True}}
-    renamed = parse_call(raw, "/v1/completions", chat=False).body_for("real")
-    assert json.loads(renamed)["model"] == "real" and json.loads(renamed)["stream_options"]["include_usage"]
-    asked = b'{"model": "m", "prompt": "x", "stream": true, "stream_options": {"include_usage": true}}'
-    assert parse_call(asked, "/v1/completions", chat=False).body_for(None) == asked
+    call = parse(raw)
+    upstream = call.body_for(None)
+    assert upstream.startswith(b'{"model": "m", "prompt": "x \\u00e9"')  # the client's bytes, as sent
+    assert json.loads(upstream) == {**json.loads(raw), "stream_options": USAGE_ALWAYS}
+    assert (call.client_wants_usage, call.client_wants_continuous_usage) == (False, False)
+    renamed = json.loads(parse(raw).body_for("real"))
+    assert renamed["model"] == "real" and renamed["stream_options"] == USAGE_ALWAYS
 
 
-@pytest.mark.parametrize(
-    ("raw", "chat", "status", "param", "words"),
-    [
-        (b"{not json", True, 400, None, "not valid JSON"),
-        (b"[1, 2]", True, 400, None, "JSON object"),
-        (b'{"messages": [{"role": "user", "content": "x"}]}', True, 422, "model", "'model' is required"),
-        (b'{"model": "m", "stream": "yes", "messages": [{"role": "user"}]}', True, 422, "stream", "true or false"),
-        (b'{"model": "m", "messages": []}', True, 422, "messages", "non-empty list"),
-        (b'{"model": "m", "messages": ["hi"]}', True, 422, "messages", "string 'role'"),
-        (b'{"model": "m", "prompt": []}', False, 422, "prompt", "non-empty list"),
-        (b'{"model": "m", "prompt": "x", "max_tokens": 0}', False, 422, "max_tokens", "positive integer"),
-        (b'{"model": "m", "prompt": "x", "max_tokens": true}', False, 422, "max_tokens", "positive integer"),
-        (b'{"model": "m", "prompt": "x", "stream_options": 1}', False, 422, "stream_options", "an object"),
-    ],
-)
-def test_bad_bodies_are_refused_with_the_field_and_the_fix(raw, chat, status, param, words) -> None:
-    with pytest.raises(ApiError) as info:
-        parse_call(raw, "/v1/chat/completions" if chat else "/v1/completions", chat=chat)
-    assert info.value.status == status and info.value.param == param
-    assert words in str(info.value)
+def test_what_the_client_asked_of_usage_is_kept_apart_from_what_goes_upstream() -> None:
+    both = b'{"model": "m", "prompt": "x", "stream": true,'
+    both += b' "stream_options": {"include_usage": true, "continuous_usage_stats": true}}'
+    call = parse(both)
+    assert call.body_for(None) == both  # already what the gateway asks for: the client's bytes
+    assert (call.client_wants_usage, call.client_wants_continuous_usage) == (True, True)
+
+    final_only = b'{"model": "m", "prompt": "x", "stream": true, "stream_options": {"include_usage": true, "x": 1}}'
+    call = parse(final_only)
+    assert (call.client_wants_usage, call.client_wants_continuous_usage) == (True, False)
+    assert json.loads(call.body_for(None))["stream_options"] == {**USAGE_ALWAYS, "x": 1}
+
+    # as vLLM has it, per-chunk usage comes only with include_usage
+    alone = b'{"model": "m", "prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": true}}'
+    call = parse(alone)
+    assert (call.client_wants_usage, call.client_wants_continuous_usage) == (False, False)
+    assert json.loads(call.body_for(None))["stream_options"] == USAGE_ALWAYS
+
+    null = b'{"model": "m", "prompt": "x", "stream": true, "stream_options": null}'
+    assert sent(null)["stream_options"] == USAGE_ALWAYS  # re-encoded: no second "stream_options" key
+
+
+def test_stream_options_dropped_from_a_request_that_is_not_streamed() -> None:
+    raw = b'{"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}'
+    call = parse(raw)
+    assert "stream_options" not in json.loads(call.body_for(None))  # vLLM refuses stream_options without stream
+    assert (call.stream, call.client_wants_usage, call.client_wants_continuous_usage) == (False, False, False)
 
 
 def test_limits_and_stream_flags_read_from_the_body() -> None:
-    raw = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7}'
-    call = parse_call(raw, "/v1/chat/completions", chat=True)
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7, "stream": null}'
+    call = parse(raw, chat=True)
     assert (call.model, call.stream, call.max_tokens, call.client_wants_usage) == ("m", False, 7, False)
     assert call.body_for(None) == raw  # nothing had to change: the client's bytes as they are
 
 
-def test_stream_options_dropped_from_a_non_streamed_request() -> None:
-    raw = b'{"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}'
-    sent = json.loads(parse_call(raw, "/v1/completions", chat=False).body_for(None))
-    assert "stream_options" not in sent  # vLLM refuses stream_options without stream
+@pytest.mark.parametrize(
+    ("fields", "chat", "budget"),
+    [
+        ({}, True, 4096),  # [gateway].default_max_tokens
+        ({"max_tokens": 100}, True, 100),
+        ({"max_tokens": 100, "n": 3}, True, 300),
+        ({"max_completion_tokens": 50, "max_tokens": 100}, True, 50),  # chat reads max_completion_tokens first
+        ({"max_completion_tokens": 50, "max_tokens": 100}, False, 100),  # the completions API has only max_tokens
+        ({"max_completion_tokens": 50}, False, 4096),
+        ({"n": 2}, True, 8192),
+        ({"n": 2, "best_of": 5, "max_tokens": 10}, False, 50),  # best_of sequences are generated
+        ({"n": None, "max_tokens": None}, True, 4096),
+    ],
+)
+def test_budget_is_max_tokens_or_the_default_times_the_choices(fields, chat, budget) -> None:
+    body = {"model": "m", **fields, **({"messages": [{"role": "user"}]} if chat else {"prompt": "x"})}
+    assert parse(json.dumps(body).encode(), chat).budget_tokens == budget
+    uses_default = budget % 4096 == 0
+    scaled = budget // 4096 * 10 if uses_default else budget
+    assert parse(json.dumps(body).encode(), chat, default_max_tokens=10).budget_tokens == scaled
+
+
+def test_max_tokens_limit_refuses_more_and_is_sent_when_the_request_names_none() -> None:
+    over = b'{"model": "m", "prompt": "x", "max_tokens": 1001}'
+    with pytest.raises(ApiError) as info:
+        parse(over, max_tokens_limit=1000)
+    err = info.value
+    assert (err.status, err.param, err.code) == (400, "max_tokens", "max_tokens_above_limit")
+    assert "1000" in err.message and "[gateway].max_tokens_limit" in err.message
+    chat_over = b'{"model": "m", "messages": [{"role": "user"}], "max_completion_tokens": 1001, "max_tokens": 5}'
+    with pytest.raises(ApiError) as info:
+        parse(chat_over, chat=True, max_tokens_limit=1000)
+    assert info.value.param == "max_completion_tokens"
+
+    at = b'{"model": "m", "prompt": "x", "max_tokens": 1000}'
+    assert parse(at, max_tokens_limit=1000).body_for(None) == at
+
+    # no max_tokens: the engine would allow the whole context, so the gateway names one
+    none = b'{"model": "m", "prompt": "x", "stream": true}'
+    call = parse(none, max_tokens_limit=1000)
+    assert call.body_for(None).startswith(none[:-1])  # appended to the client's bytes
+    assert json.loads(call.body_for(None))["max_tokens"] == 1000 and call.budget_tokens == 1000
+    call = parse(none, max_tokens_limit=1000, default_max_tokens=300)
+    assert json.loads(call.body_for(None))["max_tokens"] == 300 and call.budget_tokens == 300
+    null = b'{"model": "m", "prompt": "x", "max_tokens": null}'
+    assert sent(null, max_tokens_limit=1000) == {"model": "m", "prompt": "x", "max_tokens": 1000}
+    chat_alt = b'{"model": "m", "messages": [{"role": "user"}], "max_completion_tokens": 20}'
+    assert "max_tokens" not in sent(chat_alt, chat=True, max_tokens_limit=1000)
+    # without a limit the request goes as asked
+    assert "max_tokens" not in sent(none)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"priority": -100, "model": "m", "prompt": "x"}',
+        b'{"model": "m", "priority": -100, "prompt": "x"}',
+        b'{"model": "m", "prompt": "x", "priority": -100}',
+        b'{"model": "m", "priority": 5, "prompt": "x", "priority": -100}',
+        b'{"model": "m", "prompt": "x", "pr\\u0069ority": -100}',
+        b'{"model": "m", "prompt": "x", "stream": true, "priority": -100}',
+        b'{"model": "m", "prompt": "x", "stream": true, "stream_options": {"include_usage": true,'
+        b' "continuous_usage_stats": true}, "priority": -100}',
+    ],
+)
+def test_dropped_fields_never_reach_the_backend(raw) -> None:
+    call = parse(raw)
+    upstream = call.body_for(None)
+    assert b"priority" not in upstream and b"\\u0069" not in upstream
+    assert "priority" not in json.loads(call.body_for("other"))
+    assert json.loads(upstream)["prompt"] == "x"
+
+
+def test_drop_body_fields_is_configurable() -> None:
+    raw = b'{"model": "m", "prompt": "x", "priority": 1, "kv_transfer_params": {"a": 1}, "seed": 3}'
+    assert sent(raw, drop_body_fields=["kv_transfer_params"]) == {"model": "m", "prompt": "x", "priority": 1, "seed": 3}
+    assert sent(raw, drop_body_fields=[]) == json.loads(raw)
+    assert parse(raw, drop_body_fields=[]).body_for(None) == raw
+
+
+def test_duplicate_keys_read_as_the_engine_reads_them_the_last_one() -> None:
+    call = parse(b'{"model": "m", "prompt": "x", "max_tokens": 5, "max_tokens": 900}')
+    assert call.max_tokens == 900 and call.budget_tokens == 900
+    with pytest.raises(ApiError) as info:
+        parse(b'{"model": "m", "prompt": "x", "max_tokens": 5, "max_tokens": 900}', max_tokens_limit=100)
+    assert info.value.param == "max_tokens"
+
+
+def test_emoji_as_surrogate_pairs_and_non_ascii_text_pass() -> None:
+    raw = '{"model": "m", "prompt": "\\ud83d\\ude00 \\uD83D\\uDE00 x \\\\ud800 é 😀 한국어 \\ud55c"}'.encode()
+    assert parse(raw).body_for(None) == raw
+
+
+def test_large_strings_and_many_containers_within_the_limits_pass() -> None:
+    messages = [{"role": "user", "content": [{"type": "text", "text": "[{" * 50}]} for _ in range(500)]
+    body = {"model": "m", "messages": messages, "tools": [{"a": [[[{"b": [1]}]]]}] * 100}
+    assert parse(json.dumps(body).encode(), chat=True).body["messages"] == messages
+    big = {"model": "m", "prompt": "x" * 3_000_000}
+    assert len(parse(json.dumps(big).encode()).body["prompt"]) == 3_000_000
