@@ -89,7 +89,7 @@ class Completions:
             await serve(gw, exchange, pool, receive, send)
         finally:
             if admission.slot is not None:  # the request has really ended: its slot is free
-                pass
+                gw.limiter.release(admission.slot)
 
     async def _admit(
         self, gw: Gateway, scope: Scope, receive: Receive, labels: dict[str, str], admission: Admission
