@@ -169,3 +169,8 @@ def test_large_strings_and_many_containers_within_the_limits_pass() -> None:
     assert parse(json.dumps(body).encode(), chat=True).body["messages"] == messages
     big = {"model": "m", "prompt": "x" * 3_000_000}
     assert len(parse(json.dumps(big).encode()).body["prompt"]) == 3_000_000
+
+
+def test_fields_the_gateway_reads_cannot_be_dropped() -> None:
+    with pytest.raises(ValueError, match="reads max_tokens, stream itself"):
+        GatewaySection(drop_body_fields=["priority", "stream", "max_tokens"])

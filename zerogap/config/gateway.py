@@ -10,6 +10,9 @@ from zerogap.config.base import Section
 from zerogap.config.routing import CacheAwareSection
 
 MIN_SECRET_CHARS = 16
+# body fields the gateway reads itself (gateway/request.py): drop_body_fields may not name them
+GATEWAY_READS = frozenset({"model", "messages", "prompt", "stream", "stream_options", "max_tokens",
+                           "max_completion_tokens", "n", "best_of"})  # fmt: skip
 
 
 class ServerSection(Section):
@@ -99,7 +102,10 @@ class GatewaySection(Section):
     )
 
     default_max_tokens: int = Field(
-        4096, ge=1, description="completion tokens reserved (and asked upstream) when a request names no max_tokens"
+        4096,
+        ge=1,
+        description="completion tokens reserved when a request names no max_tokens"
+        " (and sent upstream as its max_tokens while max_tokens_limit is set)",
     )
     max_tokens_limit: int | None = Field(
         None, ge=1, description="a request asking for more completion tokens than this gets 400; absent: no limit"
@@ -125,6 +131,14 @@ class GatewaySection(Section):
         "before it gets 429 for that long; 0 = off",
     )
     auth_failure_window_s: float = Field(10.0, gt=0)
+
+    @field_validator("drop_body_fields")
+    @classmethod
+    def _droppable(cls, value: list[str]) -> list[str]:
+        kept = sorted(GATEWAY_READS.intersection(value))
+        if kept:
+            raise ValueError(f"the gateway reads {', '.join(kept)} itself; they cannot be dropped")
+        return value
 
     @field_validator("database_url")
     @classmethod
