@@ -15,6 +15,7 @@ import pytest
 
 from tests.deploy.flags import flag_map, launcher_flags
 from tests.deploy.paths import COMPOSE, DEPLOY, PROMETHEUS, load_yaml
+from tests.deploy.secrets import COMPOSE_ENV as ENV
 from tests.tools import require_tool
 from zerogap.config.loader import load_config
 
@@ -58,7 +59,9 @@ def test_services_for_one_gpu_host(compose: dict[str, Any]) -> None:
     for name in replicas:
         service = services[name]
         assert service["image"].startswith("vllm/vllm-openai")
-        assert flag_map(service["command"]) == launcher_flags(), "the flags `zerogap backends up` passes"
+        flags = flag_map(service["command"])
+        assert flags.pop("--api-key").startswith("${VLLM_API_KEY:?"), "the key is required (test_compose_secrets.py)"
+        assert flags == launcher_flags(), "the flags `zerogap backends up` passes"
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
         gpus.extend(device["device_ids"])
@@ -76,8 +79,8 @@ def test_bind_mounts_exist(compose: dict[str, Any]) -> None:
 
 
 def test_gateway_config_in_compose_loads_and_matches_the_replicas(compose: dict[str, Any]) -> None:
-    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test-unified-key-0001"})
-    assert config.server.api_key == "sk-test-unified-key-0001"
+    config = load_config(COMPOSE.parent / "config.toml", env=ENV)
+    assert config.server.api_key == ENV["TAOTOKEN_API_KEY"]
     replicas = {name for name in compose["services"] if name.startswith("vllm-")}
     assert {b.name for b in config.backends} == replicas
     assert {b.url for b in config.backends} == {f"http://{name}:8000" for name in replicas}
@@ -89,8 +92,10 @@ def test_compose_prometheus_scrapes_every_service(compose: dict[str, Any], tmp_p
     replicas = {name for name in compose["services"] if name.startswith("vllm-")}
     assert {f"{name}:8000" for name in replicas} | {"gateway:8000", "dcgm-exporter:9400"} <= targets
     promtool = require_tool("promtool")
-    # As mounted in the container: prometheus.yml beside rules/.
-    shutil.copy(COMPOSE.parent / "prometheus.yml", tmp_path / "prometheus.yml")
+    # As mounted in the container: prometheus.yml beside rules/, the metrics key in /run/secrets.
+    text = (COMPOSE.parent / "prometheus.yml").read_text().replace("/run/secrets/", f"{tmp_path}/")
+    (tmp_path / "prometheus.yml").write_text(text)
+    (tmp_path / "zerogap_metrics_key").write_text(ENV["ZEROGAP_METRICS_KEY"])
     shutil.copytree(PROMETHEUS / "rules", tmp_path / "rules")
     done = subprocess.run(
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, timeout=60
@@ -111,9 +116,9 @@ def test_flag_comparison_can_fail() -> None:
 
 
 def test_gateway_workers_share_postgres_and_redis(compose: dict[str, Any]) -> None:
-    config = load_config(COMPOSE.parent / "config.toml", env={"TAOTOKEN_API_KEY": "sk-test-unified-key-0001"})
-    assert config.gateway.database_url == "postgresql://zerogap:zerogap@postgres:5432/zerogap"
-    assert config.gateway.redis_url == "redis://redis:6379/0"
+    config = load_config(COMPOSE.parent / "config.toml", env=ENV)
+    assert config.gateway.database_url == f"postgresql://zerogap:{ENV['POSTGRES_PASSWORD']}@postgres:5432/zerogap"
+    assert config.gateway.redis_url == f"redis://:{ENV['REDIS_PASSWORD']}@redis:6379/0"
     services = compose["services"]
     assert services["postgres"]["image"].startswith("postgres:") and services["redis"]["image"].startswith("redis:")
     assert services["postgres"]["environment"]["POSTGRES_USER"] == "zerogap"

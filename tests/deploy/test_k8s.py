@@ -8,40 +8,15 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_validate import utils as kv  # type: ignore[import-untyped]
 
 from loadtest import parse_settings
 from tests.deploy.flags import flag_map, launcher_flags
+from tests.deploy.k8s_docs import container, documents, find, gateway_config
 from tests.deploy.paths import K8S, load_yaml
-from zerogap.config.loader import parse_config
+from tests.deploy.secrets import SECRETS
 
 K8S_VERSION = kv.latest_version()
-SECRETS = {
-    "TAOTOKEN_API_KEY": "sk-test-unified-key-0001",
-    "ZEROGAP_ADMIN_KEY": "admin-test-key-000001",
-    "POSTGRES_PASSWORD": "pw",
-}
-
-
-def documents() -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
-    for path in sorted(K8S.glob("*.yaml")):
-        if path.name != "kustomization.yaml":
-            docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    return docs
-
-
-def find(kind: str, name: str) -> dict[str, Any]:
-    matches = [d for d in documents() if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found"
-    return matches[0]
-
-
-def container(workload: dict[str, Any]) -> dict[str, Any]:
-    (only,) = workload["spec"]["template"]["spec"]["containers"]
-    result: dict[str, Any] = only
-    return result
 
 
 @pytest.mark.parametrize("doc", documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
@@ -86,22 +61,22 @@ def test_vllm_requests_gpus_and_is_ready_on_health() -> None:
     assert c["resources"]["requests"]["nvidia.com/gpu"] == 1
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert flag_map(c["args"]) == launcher_flags(), "the flags `zerogap backends up` passes"
+    flags = flag_map(c["args"])
+    assert flags.pop("--api-key") == "$(VLLM_API_KEY)", "the key from the Secret (test_k8s_security.py)"
+    assert flags == launcher_flags(), "the flags `zerogap backends up` passes"
     headless = find("Service", vllm["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None"
 
 
 def test_gateway_config_names_each_vllm_replica() -> None:
-    text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
-    config = parse_config(text, "k8s config.toml", env=SECRETS)
+    config = gateway_config()
     replicas = find("StatefulSet", "vllm")["spec"]["replicas"]
     assert [b.url for b in config.backends] == [f"http://vllm-{i}.vllm.zerogap.svc:8000" for i in range(replicas)]
 
 
 def test_rate_limits_are_shared_across_gateway_replicas() -> None:
-    text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
-    config = parse_config(text, "k8s config.toml", env=SECRETS)
-    assert config.gateway.redis_url == "redis://redis.zerogap.svc:6379/0"
+    config = gateway_config()
+    assert config.gateway.redis_url == f"redis://:{SECRETS['REDIS_PASSWORD']}@redis.zerogap.svc:6379/0"
     service = find("Service", "redis")
     assert service["spec"]["ports"][0]["port"] == 6379
     assert service["spec"]["selector"] == find("Deployment", "redis")["spec"]["selector"]["matchLabels"]
@@ -127,10 +102,10 @@ def test_locust_settings_are_valid_for_the_harness() -> None:
 
 
 def test_gateway_replicas_share_keys_in_postgres_and_serve_with_workers() -> None:
-    text = find("ConfigMap", "zerogap-config")["data"]["config.toml"]
-    config = parse_config(text, "k8s config.toml", env=SECRETS)
-    assert config.gateway.database_url == "postgresql://zerogap:pw@postgres.zerogap.svc:5432/zerogap"
-    assert config.server.admin_key == "admin-test-key-000001"
+    config = gateway_config()
+    password = SECRETS["POSTGRES_PASSWORD"]
+    assert config.gateway.database_url == f"postgresql://zerogap:{password}@postgres.zerogap.svc:5432/zerogap"
+    assert config.server.admin_key == SECRETS["ZEROGAP_ADMIN_KEY"]
     gateway = find("Deployment", "zerogap-gateway")
     c = container(gateway)
     assert int(c["command"][c["command"].index("--workers") + 1]) >= 2
