@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 from gateway import charging
 from gateway.errors import bare, error_body, error_message, sse_error
@@ -105,9 +105,13 @@ class Relay:
                     failures.served()
                     if answer is not None:
                         yield answer
-                    else:
-                        async for item in self._stream(exchange, resp, first, flight):
-                            yield item
+                    else:  # closed here, not by the collector: its finally sets the charge, settled below
+                        stream = self._stream(exchange, resp, first, flight)
+                        try:
+                            async for item in stream:
+                                yield item
+                        finally:
+                            await stream.aclose()
                     return
                 finally:
                     backend.num_inflight -= 1
@@ -253,7 +257,7 @@ class Relay:
 
     async def _stream(
         self, exchange: Exchange, resp: UpstreamResponse, first: bytes, flight: Flight
-    ) -> AsyncIterator[Reply | bytes | Pipe]:
+    ) -> AsyncGenerator[Reply | bytes | Pipe, None]:
         exchange.first_s = time.monotonic()
         exchange.status = 200
         exchange.replied = True

@@ -77,9 +77,10 @@ class SseFilter:
         if b'"usage"' in data:
             return self._usage_in(data)
         if self._usage is None:
-            self.num_chunks += data.count(b"data: {")
-            if self.num_chunks <= 1:  # the chat stream's role-only opener comes first (vLLM: with the first token)
-                self.num_chunks -= data.count(b'"delta":{"role"')
+            num = data.count(b"data: {")
+            if self.num_chunks == 0:  # the chat stream's role-only opener comes first (vLLM: with the first token)
+                num -= data.count(b'"delta":{"role"')
+            self.num_chunks += num
         return data
 
     def rest(self) -> bytes:
