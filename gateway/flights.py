@@ -102,6 +102,7 @@ class Flights:
 
     def close(self, flight: Flight) -> None:
         self._by_backend[flight.backend].discard(flight)
+        flight.backend.num_attempts += 1
 
     def __len__(self) -> int:
         return sum(len(fs) for fs in self._by_backend.values())

@@ -26,7 +26,15 @@ def _never_held(backend: Backend) -> float:
 
 class HealthMonitor:
     """`take_out(backend, reason)` removes a backend that fails (and acts on its requests in
-    flight); `held_s(backend)` > 0 keeps an ejected backend out even if it answers."""
+    flight); `held_s(backend)` > 0 keeps an ejected backend out even if it answers.
+
+    A backend leaves after `unhealthy_threshold` failed checks in a row and comes back after
+    `healthy_threshold` passes in a row (Envoy's names): one late answer (a collector pause, a
+    loaded host) costs nothing. Its first check decides alone (a backend down at start is out at
+    once). `check_forever` starts a check every interval whether or not the one before has
+    answered, so that a frozen backend's checks time out one interval apart, not one timeout
+    apart: it is out within (unhealthy_threshold - 1) x interval + the timeout of freezing (plus
+    up to one interval), and its streams end `eject_grace_s` later (flights.py)."""
 
     def __init__(
         self,
@@ -35,12 +43,18 @@ class HealthMonitor:
         timeout_s: float,
         take_out: Callable[[Backend, str], None] | None = None,
         held_s: Callable[[Backend], float] = _never_held,
+        unhealthy_threshold: int = 1,
+        healthy_threshold: int = 1,
     ) -> None:
         self.router = router
         self.client = client
         self.timeout_s = timeout_s
         self.take_out = take_out
         self.held_s = held_s
+        self.unhealthy_threshold = unhealthy_threshold
+        self.healthy_threshold = healthy_threshold
+        self._in_row: dict[Backend, int] = {}  # > 0: passes in a row, < 0: failures in a row
+        self._was_healthy: dict[Backend, bool] = {}  # at its last check (absent: never checked)
 
     async def check(self, backend: Backend) -> None:
         try:
@@ -48,23 +62,43 @@ class HealthMonitor:
             ok = status == 200
             reason = f"status {status}"
         except Exception as exc:  # any failure to answer means: not healthy
-            ok, reason = False, f"{type(exc).__name__}: {exc}"
-        if ok and not backend.healthy:
-            held_s = self.held_s(backend)
-            if held_s > 0:
-                if self.router.pools[backend.model].any_healthy(besides=backend):
-                    return  # ejected: not back before its time is up (but never leaving its model empty)
-                log.warning("backend %s (%s) comes back %.0f s before its ejection ends: no other backend of "
-                            "model %s is healthy", backend.name, backend.url, held_s, backend.model)  # fmt: skip
-            else:
-                log.info("backend %s (%s) is healthy again", backend.name, backend.url)
-            backend.healthy = True
+            ok, reason = False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        self.judge(backend, ok, reason)
+
+    def judge(self, backend: Backend, ok: bool, reason: str) -> None:
+        """One check's result, in the order the results came."""
+        first = backend not in self._was_healthy
+        if self._was_healthy.get(backend) and not backend.healthy:  # it left meanwhile (outlier, refused)
+            self._in_row[backend] = min(self._in_row.get(backend, 0), 0)
+        num = self._in_row.get(backend, 0)
+        num = self._in_row[backend] = max(num, 0) + 1 if ok else min(num, 0) - 1
+        if ok and not backend.healthy and (first or num >= self.healthy_threshold):
+            self._back(backend)
         elif not ok and backend.healthy:
-            if self.take_out is None:
-                log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
-                backend.healthy = False
+            if first or -num >= self.unhealthy_threshold:
+                self._leave(backend, f"health check failed ({reason}), {-num} in a row")
             else:
-                self.take_out(backend, f"health check failed ({reason})")
+                log.info("backend %s (%s) failed a health check (%s): %d of unhealthy_threshold %d in a row",
+                         backend.name, backend.url, reason, -num, self.unhealthy_threshold)  # fmt: skip
+        self._was_healthy[backend] = backend.healthy
+
+    def _back(self, backend: Backend) -> None:
+        held_s = self.held_s(backend)
+        if held_s > 0:
+            if self.router.pools[backend.model].any_healthy(besides=backend):
+                return  # ejected: not back before its time is up (but never leaving its model empty)
+            log.warning("backend %s (%s) comes back %.0f s before its ejection ends: no other backend of "
+                        "model %s is healthy", backend.name, backend.url, held_s, backend.model)  # fmt: skip
+        else:
+            log.info("backend %s (%s) is healthy again", backend.name, backend.url)
+        backend.healthy = True
+
+    def _leave(self, backend: Backend, reason: str) -> None:
+        if self.take_out is None:
+            log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
+            backend.healthy = False
+        else:
+            self.take_out(backend, reason)
 
     async def scrape(self, backend: Backend) -> None:
         if not backend.healthy:
@@ -83,9 +117,19 @@ class HealthMonitor:
         await asyncio.gather(*(self.scrape(b) for b in self.router.backends))
 
     async def check_forever(self, interval_s: float) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            await self.check_all()
+        """A check of every backend each interval, each on its own (a late one delays no other)."""
+        checks: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await asyncio.sleep(interval_s)
+                for b in self.router.backends:
+                    task = asyncio.create_task(self.check(b))
+                    checks.add(task)
+                    task.add_done_callback(checks.discard)
+        finally:
+            for task in checks:
+                task.cancel()
+            await asyncio.gather(*checks, return_exceptions=True)
 
     async def scrape_forever(self, interval_s: float) -> None:
         while True:

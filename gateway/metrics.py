@@ -134,8 +134,17 @@ class GatewayMetrics:
         self.ejections = Labeled(
             Counter(
                 "zerogap_backend_ejections",
-                "Times a backend left the pool: health (failed check), outlier (errors in a row), connect (refused)",
+                "Times a backend left the pool: health (failed checks in a row), outlier (failure rate against its "
+                "peers, or connection failures in a row), connect (refused)",
                 ["model", "backend", "cause"],
+                registry=r,
+            )
+        )
+        self.pending_dropped = Labeled(
+            Counter(
+                "zerogap_outlier_pending_dropped",
+                "5xx answers whose request never settled (the client left during its retry): dropped uncounted",
+                ["model", "backend"],
                 registry=r,
             )
         )
@@ -188,10 +197,14 @@ class GatewayMetrics:
         for b in router.backends:
             self.retries.labels(b.model, b.name)
             self.panic_attempts.labels(b.model, b.name)
+            self.pending_dropped.labels(b.model, b.name)
             for cause in EJECTION_CAUSES:
                 self.ejections.labels(b.model, b.name, cause)
             self.upstream_errors.labels(b.model, b.name, "connect")
         self.route.start_at_zero(router)
+
+    def outlier_dropped(self, backend: Backend, num: int) -> None:
+        self.pending_dropped.labels(backend.model, backend.name).inc(num)
 
     def ejected(self, backend: Backend, cause: Cause) -> None:
         self.ejections.labels(backend.model, backend.name, cause).inc()

@@ -22,6 +22,7 @@ class Backend:
     healthy: bool = True
     num_inflight: int = 0
     num_reported: int = 0  # running + waiting, scraped from its /metrics
+    num_attempts: int = 0  # attempts that ended here (Flights.close): the outlier rates' requests
 
     @classmethod
     def of(cls, entry: BackendEntry) -> Backend:

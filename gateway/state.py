@@ -59,7 +59,8 @@ class Gateway:
         self.limiter = make_limiter(config, self.metrics)
         self.usage = UsageRecorder(self.store)
         self.flights = Flights(g.eject_grace_s, on_leave=self.metrics.ejected)
-        self.outlier = OutlierDetector(self.router, g, functools.partial(self.flights.take_out, cause="outlier"))
+        take_out = functools.partial(self.flights.take_out, cause="outlier")
+        self.outlier = OutlierDetector(self.router, g, take_out, self.metrics.outlier_dropped)
         self.drain = Drain(self.flights, g.drain_timeout_s)
         self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage, self.flights, self.outlier)
         self.monitor = HealthMonitor(
@@ -68,6 +69,8 @@ class Gateway:
             min(g.connect_timeout_s, 2.0),
             functools.partial(self.flights.take_out, cause="health"),
             self.outlier.held_s,
+            g.unhealthy_threshold,
+            g.healthy_threshold,
         )
         self._tasks: list[asyncio.Task[None]] = []
 

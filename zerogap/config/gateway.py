@@ -82,12 +82,39 @@ class GatewaySection(Section):
         5.0, ge=0, description="a stream from a backend that left the pool ends after this long without a byte"
     )
     outlier_consecutive_errors: int = Field(
-        3, ge=0, description="connect errors, resets or 5xx in a row that eject a backend at once; 0 = off"
+        5,
+        ge=0,
+        description="connect errors, connections closed before an answer or 5xx answers (once served elsewhere),"
+        " in a row, that eject a backend at once (Envoy's consecutive_5xx; streams that break after their 200"
+        " count in the rates only); 0 = off",
     )
     outlier_base_ejection_s: float = Field(
         30.0, gt=0, description="first ejection's length; each repeat doubles it (up to outlier_max_ejection_s)"
     )
     outlier_max_ejection_s: float = Field(300.0, gt=0, description="the longest ejection")
+    outlier_interval_s: float = Field(
+        10.0, gt=0, description="each model's backends are judged on their failure rates this often"
+    )
+    outlier_min_requests: int = Field(
+        20, ge=1, description="requests a backend must end in an interval for its failure rate to be judged"
+    )
+    outlier_success_rate_stdev_factor: float = Field(
+        4.0,
+        gt=0,
+        description="eject a backend whose success rate is below its peers' by this many times the spread"
+        " (the larger of the peers' standard deviation and the binomial noise of its own rate)",
+    )
+    outlier_failure_percentage_threshold: float = Field(
+        50.0,
+        gt=0,
+        le=100,
+        description="eject a backend whose failure share is at least this (in %) while its peers' is below",
+    )
+    max_ejection_percent: float = Field(
+        50.0, ge=0, le=100, description="at most this share of a model's backends out by the outlier rules at once"
+    )
+    unhealthy_threshold: int = Field(3, ge=1, description="failed health checks in a row that take a backend out")
+    healthy_threshold: int = Field(2, ge=1, description="passed health checks in a row that bring it back")
     panic_routing: bool = Field(
         True,
         description="while no backend of a model passes its health check, send its requests to all of them"
