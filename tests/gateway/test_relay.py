@@ -45,7 +45,8 @@ async def test_stream_is_relayed_and_usage_chunk_stripped(tmp_path) -> None:
     strip = lambda evs: [{k: v for k, v in json.loads(e).items() if k not in ("id", "created")} for e in evs[:-1]]  # noqa: E731
     assert strip(relayed) == strip(direct)  # same chunks as direct, no usage chunk (not asked for)
     assert all("usage" not in json.loads(e) for e in relayed[:-1])
-    assert up.requests[1].body["stream_options"] == {"include_usage": True}  # the gateway always asks
+    asked = {"include_usage": True, "continuous_usage_stats": True}  # usage on every chunk: what was relayed
+    assert up.requests[1].body["stream_options"] == asked  # the gateway always asks
     last = json.loads(events(with_usage)[-2])
     assert last["choices"] == [] and last["usage"]["completion_tokens"] == 4
     assert metric(text, "zerogap_tokens_total", kind="completion", key="unified") == 8
