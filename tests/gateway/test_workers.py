@@ -7,10 +7,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aiohttp
 import psutil
 
 from gateway.keystore import KeyStore
-from tests.fixtures.upstream import UpstreamServer
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.gateway.concurrent_streams import (
+    NUM_TOKENS,
+    SLOW,
+    check_split,
+    eventually,
+    new_key,
+    status_is,
+    status_of,
+    streams,
+)
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
 from zerogap.net import free_port
 
@@ -83,3 +94,37 @@ def test_workers_share_one_rate_limit_budget_without_redis(tmp_path: Path) -> No
     store = KeyStore(tmp_path / "keys.db")
     usage = {u.key_name: u.num_requests for u in store.usage()}
     assert usage == {"limited": statuses.count(200), "unified": 1}, gw.logs()
+
+
+async def test_workers_share_one_max_concurrency_without_redis(tmp_path: Path) -> None:
+    """12 streams over fresh connections (the kernel spreads them over both workers) on a key of
+    4: exactly 4 admitted, through the workers' shared file. Workers killed while they hold slots:
+    their leases lapse and their restarted successors admit 4 again."""
+    port = free_port()
+    behavior = Behavior(interval_s=SLOW, num_output_tokens=NUM_TOKENS)
+    with UpstreamServer(behavior, model="m") as up:
+        config = write_config(tmp_path / "config.toml", port, up.url, {"concurrency_lease_s": 1.0})
+        key = new_key(tmp_path, "pool", 4)
+        with GatewayProcess(config, port, workers=2) as gw:
+            check_split(await streams([gw.url] * 12, key, up), 4)
+            up.behavior.stall_after_tokens = 2  # from now on a stream ends only when its client leaves
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+                url, body = (
+                    gw.url + "/v1/chat/completions",
+                    {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+                )
+                held = [
+                    await session.post(url, json=body, headers={"Authorization": f"Bearer {key}"}) for _ in range(4)
+                ]
+                assert [r.status for r in held] == [200] * 4
+                assert await status_of(gw.url, key) == 429
+                old = gw.worker_pids()
+                for pid in old:
+                    psutil.Process(pid).kill()
+                assert wait_until(lambda: len(gw.worker_pids()) == 2 and not set(old) & set(gw.worker_pids()), 15)
+                for resp in held:
+                    resp.close()
+            up.behavior.stall_after_tokens = None
+            up.behavior.interval_s = SLOW
+            await eventually(lambda: status_is(gw.url, key, 200), 15)  # the dead workers' leases lapsed (1 s)
+            check_split(await streams([gw.url] * 6, key, up), 4)
