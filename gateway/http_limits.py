@@ -29,6 +29,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from gateway.asgi import ASGIApp, Receive, Scope, Send, send_error
 from gateway.errors import ApiError
 
 log = logging.getLogger("zerogap.gateway.http")
@@ -81,6 +82,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """uvicorn's, with the bytes of the header section counted and the body deadline armed."""
         self._unset_keepalive_if_required()
         if self._in_headers:
+            if self._refused:  # the connection closes after the responses in flight: drop the rest
+                return
             self._header_bytes += len(data)
         try:
             self.parser.feed_data(data)
@@ -99,7 +102,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return
         if self._in_headers:
             if self._header_bytes > self.limits.max_header_bytes:
-                self._refuse_headers_too_large()
+                self._refuse_incomplete(headers_too_large(self.limits))
         elif self._timer is None:  # a body that did not come with its headers: it has a deadline
             self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
 
@@ -113,16 +116,19 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_headers = False
         self._cancel_timer()
+        error = None
         if (self._exact_check or self._header_bytes > self.limits.max_header_bytes) and (
             self._header_section_bytes() > self.limits.max_header_bytes
         ):
-            self._refuse_headers_too_large()
-            raise _Refused  # stops the parser: no app, no body
+            error = headers_too_large(self.limits)
+        elif self._over_limit:
+            error = too_many_connections(self.limits)
         self._exact_check = False
-        if self._over_limit:
-            self._refuse_over_limit()
-            raise _Refused
-        super().on_headers_complete()
+        if error is None:
+            super().on_headers_complete()
+            return
+        self._refuse_request(error)
+        raise _Refused  # stops the parser: the request's body is not read
 
     def on_message_complete(self) -> None:
         self._cancel_timer()
@@ -147,94 +153,136 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """No response is in flight on this connection: one of ours may be written."""
         return self.cycle is None or self.cycle.response_complete
 
-    def _refuse_headers_too_large(self) -> None:
-        limit = self.limits.max_header_bytes
-        self._refuse(
-            ApiError(
-                431,
-                f"The request line and headers are larger than {limit} bytes ([server].max_header_bytes). "
-                "Send fewer or shorter headers.",
-                code="headers_too_large",
-            ),
-            f"header section over {limit} bytes",
-        )
+    def _refuse_request(self, error: ApiError) -> None:
+        """Answer a request whose headers are complete with `error`, and close: now, or after the
+        responses in flight (pipelined requests), as uvicorn queues a request (app swapped)."""
+        self._refused = True
+        log.info("%s: %d, closing: %s", self._peer(), error.status, error.code)
+        if self._idle():
+            self.transport.write(self._response(error))
+            self.transport.close()
+            return
+        app, self.app = self.app, _answer(error)
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
 
-    def _refuse_over_limit(self) -> None:
-        limit = self.limits.max_connections
-        self._refuse(
-            ApiError(
-                503,
-                f"The gateway holds its most connections ({limit}, [server].max_connections). "
-                "Retry shortly, or reuse a connection.",
-                "server_error",
-                code="too_many_connections",
-                headers={"retry-after": "1"},
-            ),
-            f"over {limit} connections",
-        )
-
-    def _refuse(self, error: ApiError, why: str) -> None:
-        """Answer `error` (when no response is in flight) and close. A parser callback raises
-        _Refused after it, to stop the parser (data_received swallows the error that follows)."""
+    def _refuse_incomplete(self, error: ApiError) -> None:
+        """Refuse a request whose headers are not complete: answer and close, or when responses
+        are in flight (it was pipelined), close after them; what the client sends next is dropped."""
         self._refused = True
         self._cancel_timer()
-        log.info("%s: %d, connection closed: %s", self._peer(), error.status, why)
-        if self._idle() and not self.transport.is_closing():
-            self.transport.write(self._response(error))
+        log.info("%s: %d, closing: %s", self._peer(), error.status, error.code)
+        if not self._idle():
+            self._close_after_responses()
+            return
+        self.transport.write(self._response(error))
         self.transport.close()
 
+    def _close_after_responses(self) -> None:
+        """Read no more, and close once the responses in flight are sent (uvicorn closes after a
+        response whose cycle is not keep-alive)."""
+        self.cycle.keep_alive = False
+        self.flow.pause_reading()
+
     def _response(self, error: ApiError) -> bytes:
+        """The error as bytes on the wire, with uvicorn's default headers (server, date)."""
         body = error.encoded()
         content = [STATUS_LINE[error.status]]
         for name, value in self.server_state.default_headers:
             content += [name, b": ", value, b"\r\n"]
         for key, text in error.headers.items():
             content += [key.encode(), b": ", text.encode(), b"\r\n"]
-        content += [b"content-type: application/json\r\ncontent-length: ", b"%d" % len(body)]
-        content += [b"\r\nconnection: close\r\n\r\n", body]
+        content += [b"content-type: application/json\r\ncontent-length: ", b"%d" % len(body), b"\r\n\r\n", body]
         return b"".join(content)
 
     def _header_timed_out(self) -> None:
         """Slowloris: the headers did not come in time. Silent close on a connection that sent no
-        byte of this request (as nginx does); a 408 otherwise, when nothing else is in flight."""
+        byte of this request (as nginx does), else a 408 and close; but when a response is in
+        flight (the late request was pipelined), close after it."""
         self._timer = None
         if self.transport.is_closing():
             return
-        began = self._header_bytes > 0 or self._exact_check
-        timeout_s = self.limits.header_timeout_s
-        error = ApiError(
-            408,
-            f"The request headers did not arrive within {timeout_s:g} s ([server].header_timeout_s).",
-            code="header_timeout",
-        )
-        self._close_late(error if began and self._idle() else None, "headers not complete in time")
+        log.info("%s: closing: headers not complete in time", self._peer())
+        if not self._idle():
+            self._refused = True
+            self._close_after_responses()
+            return
+        if self._header_bytes > 0 or self._exact_check:  # a byte of this request came
+            self.transport.write(self._response(header_timeout(self.limits)))
+        self.transport.close()
 
     def _body_timed_out(self) -> None:
+        """A slow body: 408 and close; the app, waiting in receive(), gets http.disconnect. When
+        the app already answers (it did not wait for the body), close after its response."""
         self._timer = None
         if self.transport.is_closing():
             return
         if self.flow.read_paused:  # we stopped reading (the app has not taken the body yet): not the client's
             self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
             return
-        timeout_s = self.limits.body_timeout_s
-        error = ApiError(
-            408,
-            f"The request body did not arrive within {timeout_s:g} s ([server].body_timeout_s). "
-            "Send the whole body at once.",
-            code="body_timeout",
-        )
-        self._close_late(error if not self.cycle.response_started else None, "body not complete in time")
-
-    def _close_late(self, error: ApiError | None, why: str) -> None:
-        """Close on a timer (not inside the parser), answering `error` first unless it is None."""
-        log.info("%s: connection closed: %s", self._peer(), why)
-        if error is not None:
-            self.transport.write(self._response(error))
+        log.info("%s: closing: body not complete in time", self._peer())
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:  # the app's receive() gets http.disconnect
-            cycle.disconnected = True  # and its sends are dropped, before the connection is lost
-            cycle.message_event.set()
+        if cycle.response_started:
+            self._close_after_responses()
+            return
+        self.transport.write(self._response(body_timeout(self.limits)))
+        cycle.disconnected = True  # its sends are dropped from now, before the connection is lost
+        cycle.message_event.set()
         self.transport.close()
+
+
+CLOSE = {"connection": "close"}
+
+
+def headers_too_large(limits: HttpLimits) -> ApiError:
+    return ApiError(
+        431,
+        f"The request line and headers are larger than {limits.max_header_bytes} bytes "
+        "([server].max_header_bytes). Send fewer or shorter headers.",
+        code="headers_too_large",
+        headers=CLOSE,
+    )
+
+
+def too_many_connections(limits: HttpLimits) -> ApiError:
+    return ApiError(
+        503,
+        f"The gateway holds its most connections ({limits.max_connections}, [server].max_connections). "
+        "Retry shortly, or reuse a connection.",
+        "server_error",
+        code="too_many_connections",
+        headers={"retry-after": "1", **CLOSE},
+    )
+
+
+def header_timeout(limits: HttpLimits) -> ApiError:
+    return ApiError(
+        408,
+        f"The request headers did not arrive within {limits.header_timeout_s:g} s ([server].header_timeout_s).",
+        code="header_timeout",
+        headers=CLOSE,
+    )
+
+
+def body_timeout(limits: HttpLimits) -> ApiError:
+    return ApiError(
+        408,
+        f"The request body did not arrive within {limits.body_timeout_s:g} s ([server].body_timeout_s). "
+        "Send the whole body at once.",
+        code="body_timeout",
+        headers=CLOSE,
+    )
+
+
+def _answer(error: ApiError) -> ASGIApp:
+    """An ASGI app that answers `error` (for a refused request queued behind others)."""
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_error(send, error)
+
+    return answer
 
 
 def protocol_class(limits: HttpLimits) -> type[LimitedHttpProtocol]:
