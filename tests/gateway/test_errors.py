@@ -1,12 +1,22 @@
-"""Each class of bad input gets the OpenAI error body with the right status and a clear message."""
+"""Each class of bad input gets the OpenAI error body with the right status and a clear message;
+malformed bodies of every kind, sent to a real gateway process, get no 5xx and leave no traceback in its log."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
 
 import aiohttp
 import pytest
 
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, error_of, make_config, metric
+from tests.gateway.malformed import corpus
+from tests.gateway.processes import UNIFIED as PROC_KEY
+from tests.gateway.processes import GatewayProcess, write_config
+from zerogap.net import free_port
 
 
 @pytest.fixture
@@ -29,13 +39,13 @@ CASES = [
     (CHAT, {}, b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * 3000 + b'"}]}', 413, "2048"),
     (CHAT, {}, b"{not json", 400, "not valid JSON"),
     (CHAT, {}, b"[1, 2]", 400, "JSON object"),
-    (CHAT, {}, b'{"messages": [{"role": "user", "content": "hi"}]}', 422, "'model' is required"),
-    (CHAT, {}, b'{"model": "m"}', 422, "'messages' is required"),
-    (CHAT, {}, b'{"model": "m", "messages": ["hi"]}', 422, "string 'role'"),
-    (CHAT, {}, b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}', 422, "'stream' must be"),
-    (CHAT, {}, b'{"model": "m", "messages": [{"role": "user"}], "max_tokens": -1}', 422, "'max_tokens' must be"),
-    (CHAT, {}, b'{"model": "m", "messages": [{"role": "user"}], "stream_options": 3}', 422, "'stream_options'"),
-    ("/v1/completions", {}, b'{"model": "m"}', 422, "'prompt' is required"),
+    (CHAT, {}, b'{"messages": [{"role": "user", "content": "hi"}]}', 400, "'model' is required"),
+    (CHAT, {}, b'{"model": "m"}', 400, "'messages' is required"),
+    (CHAT, {}, b'{"model": "m", "messages": ["hi"]}', 400, "string 'role'"),
+    (CHAT, {}, b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}', 400, "'stream' must be"),
+    (CHAT, {}, b'{"model": "m", "messages": [{"role": "user"}], "max_tokens": -1}', 400, "'max_tokens' must be"),
+    (CHAT, {}, b'{"model": "m", "messages": [{"role": "user"}], "stream_options": 3}', 400, "'stream_options'"),
+    ("/v1/completions", {}, b'{"model": "m"}', 400, "'prompt' is required"),
     (CHAT, {}, b'{"model": "nope", "messages": [{"role": "user"}]}', 404, "'nope' does not exist"),
     ("/v2/chat", {}, OK_CHAT, 404, "No such endpoint"),
 ]
@@ -61,13 +71,21 @@ async def test_wrong_method_and_streamed_oversized_body(gateway) -> None:
         async with s.get(gs.url + CHAT, headers=auth()) as resp:
             assert resp.status == 405 and "POST" in error_of(await resp.read())["message"]
 
-        async def chunks():  # no Content-Length: the limit is counted while reading
-            for _ in range(10):
-                yield b" " * 1000
-
-        headers = {**auth(), "Content-Type": "application/json"}
-        async with s.post(gs.url + CHAT, data=chunks(), headers=headers) as resp:
-            assert resp.status == 413
+    # no Content-Length: the limit is counted while reading; the gateway answers 413 and closes the
+    # connection rather than drain a body of unknown length (so a raw socket, which can read the answer
+    # while the rest of the body is refused)
+    port = gs.config.server.port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {UNIFIED}\r\n"
+    writer.write(head.encode() + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    with contextlib.suppress(ConnectionError):
+        for _ in range(10):
+            writer.write(b"3e8\r\n" + b" " * 1000 + b"\r\n")
+            await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)  # to the end: the gateway closes the connection
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+    assert b"max_body_bytes" in answer
     assert up.requests == []
 
 
@@ -84,3 +102,43 @@ async def test_refused_requests_are_counted_without_client_strings_as_labels(gat
     assert b"made-up-model-name" not in text and b"nope" not in text
     assert metric(text, "zerogap_requests_total", model="unknown", key="unified", status="404") == 1
     assert metric(text, "zerogap_requests_total", model="none", key="none", status="401") == 1
+
+
+@pytest.fixture(scope="module")
+def gateway_process(tmp_path_factory):
+    """`zerogap gateway` as its own process at debug level, its log captured, the default 4 MiB body limit."""
+    tmp_path = tmp_path_factory.mktemp("fuzz")
+    with UpstreamServer(model="m") as up:
+        port = free_port()
+        config = write_config(tmp_path / "config.toml", port, up.url, {}, server='[logging]\nlevel = "debug"')
+        with GatewayProcess(config, port) as gw:
+            yield gw, up
+
+
+async def test_no_malformed_body_gets_a_5xx_or_leaves_a_traceback(gateway_process) -> None:
+    gw, up = gateway_process
+    headers = {"Authorization": f"Bearer {PROC_KEY}", "Content-Type": "application/json"}
+    cases = corpus()
+    answers: dict[int, int] = {}
+    wrong: list[str] = []
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+        for path, name, body in cases:
+            async with s.post(gw.url + path, data=io.BytesIO(body), headers=headers) as resp:  # sized
+                raw = await resp.read()
+            answers[resp.status] = answers.get(resp.status, 0) + 1
+            if resp.status >= 500 or (resp.status >= 400 and set(json.loads(raw)) != {"error"}):
+                wrong.append(f"{name}: {resp.status} {raw[:200]!r}")
+        good = {"model": "m", "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 2}
+        async with s.post(gw.url + CHAT, json=good, headers=headers) as resp:
+            assert resp.status == 200  # the gateway still serves
+    assert wrong == []
+    for seen in up.requests:  # what did reach the backend: a checked body, as the gateway sends it
+        assert isinstance(seen.body, dict) and "priority" not in seen.body, seen.body
+        if seen.body.get("stream"):
+            assert seen.body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert answers.get(400, 0) > len(cases) // 2 and 200 in answers, answers  # the corpus reached both sides
+    log = gw.logs()
+    assert "refused /v1/chat/completions" in log  # debug lines with the refusals were written
+    for sign in ("Traceback", "Logging error", "ERROR", "Exception"):
+        assert sign not in log, log[log.index(sign) - 2000 : log.index(sign) + 2000]

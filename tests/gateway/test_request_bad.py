@@ -10,6 +10,7 @@ from gateway.strict_json import MAX_DEPTH
 from zerogap.config.gateway import GatewaySection
 
 MSG = b'"messages": [{"role": "user", "content": "x"}]'
+PAD = b', "pad": [' + b", ".join([b"{}"] * MAX_DEPTH) + b"]"
 
 
 def nested(depth: int, open_: bytes = b"[", close: bytes = b"]") -> bytes:
@@ -128,8 +129,9 @@ def test_bad_bodies_are_a_400_naming_the_field_and_the_fix(raw, chat, param, wor
 @pytest.mark.parametrize(
     "raw",
     [
-        b'{"model": "m", "prompt": "x", "tools": ' + nested(MAX_DEPTH - 1) + b"}",  # the body's object is level 1
-        b'{"model": "m", "prompt": "x", "x": ' + object_chain(MAX_DEPTH - 1) + b"}",
+        # the body's object is level 1; PAD has brackets enough that the depth is measured
+        b'{"model": "m", "prompt": "x", "tools": ' + nested(MAX_DEPTH - 1) + PAD + b"}",
+        b'{"model": "m", "prompt": "x", "x": ' + object_chain(MAX_DEPTH - 1) + PAD + b"}",
         b'{"model": "m", "prompt": "' + b"[" * 1000 + b'"}',  # brackets in a string are text
         b'{"model": "m", "prompt": [[1], [2, 3]], "seed": 9223372036854775807, "temperature": 1e308}',
         b'{"model": "m", "prompt": "x", "max_tokens": 2147483647, "n": 128, "stream": false}',
