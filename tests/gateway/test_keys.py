@@ -100,14 +100,17 @@ async def test_tokens_per_minute_limit_counts_usage(tmp_path) -> None:
     with UpstreamServer(Behavior(num_output_tokens=40), model="m") as up:
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
             store = store_of(gs)
-            key = store.create("tpm60", tpm=60)
+            key = store.create("tpm200", tpm=200)
             store.close()
             url = gs.url + "/v1/chat/completions"
-            await wait_status(url, key, 200, 2)  # 2 prompt + 40 completion tokens: 18 left
-            assert (await post(url, chat_body(), auth(key)))[0] == 200  # admitted, then overdrawn
-            status, headers, raw = await post(url, chat_body(), auth(key))
+            body = chat_body(stream=False, max_tokens=40)  # reserves 27 + 40 = 67 tokens; uses 2 + 40
+            statuses = [(await post(url, body, auth(key)))[0] for _ in range(4)]
+            status, headers, raw = await post(url, body, auth(key))
+    # each admitted while the bucket holds 67, then settled on the 42 used: 200 -> 158 -> 116 -> 74 -> 32,
+    # four admitted (settled on the 67 reserved instead: two)
+    assert statuses == [200, 200, 200, 200]
     assert status == 429 and error_of(raw)["code"] == "rate_limit_tokens"
-    assert int(headers["Retry-After"]) >= 20  # 24 tokens overdrawn at 1 token/s
+    assert int(headers["Retry-After"]) >= 5  # 35 tokens short at 200/60 tokens a second: ~11 s
 
 
 async def test_usage_is_written_to_the_store(tmp_path) -> None:
