@@ -194,5 +194,9 @@ class SharedLimiter:
 
     async def close(self) -> None:
         await self.leases.close()
+        if self.leases.live:  # requests cut at shutdown: their slots go now rather than in lease_s
+            live, self.leases.live = self.leases.live, {}
+            for lease_id, key in live.items():
+                self._background(self._redis.zrem(self._key(key, "slots"), lease_id))
         await self.idle()
         await self._redis.aclose()

@@ -5,12 +5,18 @@ client is still sending; every refusal after admission gives its concurrency slo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from gateway.keystore import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
+from tests.gateway.processes import GatewayProcess, write_config
+from zerogap.net import free_port
 
 BODY_BYTES = 4 * 1024 * 1024  # [gateway].max_body_bytes by default
 
@@ -52,20 +58,32 @@ def closed_by_server(sock: socket.socket) -> bool:
     return True
 
 
-async def test_a_refused_key_is_answered_before_its_body_is_sent(tmp_path: Path) -> None:
-    with UpstreamServer(model="m") as up:
-        config = make_config(tmp_path, [("b0", up.url, "m")])
+@contextlib.contextmanager
+def gateway(kind: str, tmp_path: Path, upstream_url: str) -> Iterator[str]:
+    """The gateway's URL: in this process (plain httptools), or `zerogap gateway` as it is run
+    (with its HTTP limits protocol)."""
+    if kind == "thread":
+        with GatewayServer(make_config(tmp_path, [("b0", upstream_url, "m")])) as gs:
+            yield gs.url
+        return
+    port = free_port()
+    with GatewayProcess(write_config(tmp_path / "config.toml", port, upstream_url, {}), port) as proc:
+        yield proc.url
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_refused_key_is_answered_before_its_body_is_sent(tmp_path: Path, kind: str) -> None:
+    with UpstreamServer(model="m") as up, gateway(kind, tmp_path, up.url) as url:
         key = new_key(tmp_path, "busy", rpm=1)
-        with GatewayServer(config) as gs:
-            assert (await post(gs.url + "/v1/chat/completions", chat_body(), auth(key)))[0] == 200  # rpm spent
-            port = config.server.port
-            status, headers = await asyncio.to_thread(_refused_mid_body, port, key, BODY_BYTES)
-            assert status == 429 and headers.get("retry-after") and "close" not in headers.get("connection", "")
-            status, headers = await asyncio.to_thread(_refused_chunked, port, key)
-            assert status == 429 and headers["connection"] == "close"
-            status, headers = await asyncio.to_thread(_refused_chunked, port, "zg-not-a-key-at-all-123")
-            assert status == 401 and headers["connection"] == "close"
-            _, text = await get(gs.url + "/metrics")
+        assert (await post(url + "/v1/chat/completions", chat_body(), auth(key)))[0] == 200  # rpm spent
+        port = int(url.rsplit(":", 1)[1])
+        status, headers = await asyncio.to_thread(_refused_mid_body, port, key, BODY_BYTES)
+        assert status == 429 and headers.get("retry-after") and "close" not in headers.get("connection", "")
+        status, headers = await asyncio.to_thread(_refused_chunked, port, key)
+        assert status == 429 and headers["connection"] == "close"
+        status, headers = await asyncio.to_thread(_refused_chunked, port, "zg-not-a-key-at-all-123")
+        assert status == 401 and headers["connection"] == "close"
+        _, text = await get(url + "/metrics")
     assert metric(text, "zerogap_ratelimited_total", key="busy", limit="rpm", model="none") == 2
 
 
