@@ -85,6 +85,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             if self._refused:  # the connection closes after the responses in flight: drop the rest
                 return
             self._header_bytes += len(data)
+            if self._timer is None:  # a later request's first bytes (or blank lines, which the parser skips)
+                self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -108,7 +110,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._timer is None:  # a later request on a keep-alive connection: its first byte came
+        if self._timer is None:  # it began in the tail of a chunk that ended the previous request
             self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
         if not self._header_bytes:  # it began inside a chunk that was not counted as headers
             self._exact_check = True
@@ -182,7 +184,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def _close_after_responses(self) -> None:
         """Read no more, and close once the responses in flight are sent (uvicorn closes after a
-        response whose cycle is not keep-alive)."""
+        response whose cycle is not keep-alive); at once when none is."""
+        if self._idle():
+            self.transport.close()
+            return
         self.cycle.keep_alive = False
         self.flow.pause_reading()
 

@@ -139,11 +139,12 @@ def test_a_large_legal_header_section_works_twice_on_one_connection(gateway: Lim
     assert response.status == 200 and response.json()["choices"][0]["message"]["content"]
 
 
-def trickle(conn: Conn, began_s: float) -> tuple[bytes, float]:
-    """Send a header one byte every 0.1 s until the server closes; what it answered, and when."""
+def trickle(conn: Conn, began_s: float, piece: bytes = b"") -> tuple[bytes, float]:
+    """Send a header one byte (or `piece`) every 0.1 s until the server closes; what it answered,
+    and when."""
     for byte in b"X-Slow: " + b"s" * 1000:
         try:
-            conn.sendall(bytes([byte]))
+            conn.sendall(piece or bytes([byte]))
         except OSError:
             break
         time.sleep(0.1)
@@ -170,6 +171,16 @@ def test_slowloris_on_a_keep_alive_connection_is_cut(gateway: LimitedGateway) ->
         began_s = time.monotonic()  # the timer runs from the next request's first byte
         conn.sendall(b"GET /health HTTP/1.1\r\n")
         raw, closed_s = trickle(conn, began_s)
+    assert HEADER_TIMEOUT_S <= closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
+    assert_error(raw, 408, "[server].header_timeout_s")
+
+
+def test_blank_lines_between_requests_are_cut_too(gateway: LimitedGateway) -> None:
+    with Conn(gateway.port) as conn:
+        conn.sendall(HEALTH)
+        assert conn.read_response().status == 200
+        began_s = time.monotonic()  # the parser skips blank lines: no request begins, yet time runs
+        raw, closed_s = trickle(conn, began_s, b"\r\n")
     assert HEADER_TIMEOUT_S <= closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
     assert_error(raw, 408, "[server].header_timeout_s")
 
@@ -208,6 +219,16 @@ def test_a_slow_body_gets_408(gateway: LimitedGateway) -> None:
         answer, closed_s = conn.read_to_end()
     assert BODY_TIMEOUT_S <= closed_s - began_s < BODY_TIMEOUT_S + MARGIN_S
     assert_error(answer, 408, "[server].body_timeout_s")
+
+
+def test_a_slow_body_after_an_answer_is_cut(gateway: LimitedGateway) -> None:
+    with Conn(gateway.port) as conn:  # answered (405) without the body being read; then it trickles
+        conn.sendall(request("POST", "/health", {"Content-Length": "100"}) + b"x" * 10)
+        began_s = time.monotonic()
+        assert conn.read_response().status == 405
+        conn.sendall(b"x" * 10)
+        raw, closed_s = conn.read_to_end()
+    assert raw == b"" and closed_s - began_s < BODY_TIMEOUT_S + MARGIN_S
 
 
 def test_a_body_in_parts_within_the_deadline_works(gateway: LimitedGateway) -> None:
