@@ -3,8 +3,8 @@
 After [gateway].auth_failures_limit failed authentications (401: missing, malformed, invalid or
 expired key) from one address within auth_failure_window_s (counted from its first failure), the
 address gets 429 with Retry-After until window_s after the failure that reached the limit. Tries
-during the block are neither checked nor counted: a guesser gets at most `limit` answers per window,
-and a client that honours Retry-After is let back in when it says.
+during the block are not counted (nor looked up in the key store): a guesser gets at most `limit`
+answers per window, and a client that honours Retry-After is let back in when it says.
 
 A blocked address is refused even when it sends a valid key, since a guesser whose guess is right
 must not see it answered differently. One exception keeps an office behind one NAT address working
@@ -13,7 +13,8 @@ already authenticated from that address passes (`known_good`). Only keys that wo
 do, so a guess never gains by it; a valid key new to that address waits for the block to end.
 
 IPv6 addresses count by their /64, the block a single host or site is usually given. The tables are
-bounded (MAX_ADDRESSES, MAX_KNOWN_GOOD, least recently used first out: 20 MiB for both at most):
+bounded (MAX_ADDRESSES: the least recently failing address leaves first; MAX_KNOWN_GOOD: the
+first added leaves first; about 16 MiB for both, full):
 an attacker with more addresses than that can push its own entries out, but per-address counting
 cannot stop one with that many addresses anyway. Each gateway process counts on its own: with
 `--workers N` an address gets up to N x limit tries per window.
@@ -135,11 +136,12 @@ class AuthThrottle:
 
     def succeeded(self, client: str | None, name: str) -> None:
         """The key `name` authenticated from this address: it may pass while the address is blocked."""
-        if not self.enabled:
+        if self.limit <= 0:
             return
         entry = (address_group(client), name)
+        if entry in self._known_good:  # on every request: kept first in, first out (no reordering)
+            return
         self._known_good[entry] = None
-        self._known_good.move_to_end(entry)
         if len(self._known_good) > self.max_known_good:
             self._known_good.popitem(last=False)
 
