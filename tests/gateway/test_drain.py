@@ -75,8 +75,9 @@ async def test_sigterm_with_streams_in_flight(tmp_path) -> None:
         assert r.status == 200 and r.raw.rstrip().endswith(b"data: [DONE]") and r.error is not None
         assert r.error["code"] == 503 and 1.4 < r.end_s - term_s < 1.5 + MARGIN_S
     rows = KeyStore(tmp_path / "keys.db").usage()  # flushed on the way out (the periodic flush is 60 s)
+    prompt = usage_of(finished[0].raw)[0]  # the same prompt in all 12; the drained 6 are charged what they relayed
     assert [(u.key_name, u.num_requests, u.prompt_tokens, u.completion_tokens) for u in rows] == [
-        ("k", 6, sum(usage_of(r.raw)[0] for r in finished), 60)
+        ("k", 12, 12 * prompt, 60 + sum(r.num_tokens for r in ended))
     ]
 
 
