@@ -9,7 +9,9 @@ Schema versions live in SQLite's `PRAGMA user_version`:
   1  models as a JSON list, and max_concurrency.
 The upgrade runs in one IMMEDIATE transaction, so gateway workers that start together on an
 old file upgrade it once. Old allow-lists keep their meaning: a comma-joined "a,b" becomes
-["a", "b"]; NULL or "" (which the old code read as "every model") becomes NULL.
+["a", "b"], NULL (every model) stays NULL. The one exception is "": the old code stored it only
+for `models: [""]`, an allow-list meant to restrict, which its reader turned into "every model"
+(the hole this upgrade closes). It becomes [] (no model), with a warning that names the key.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def _upgrade_from_0(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE keys ADD COLUMN max_concurrency INTEGER")
     for name, joined in db.execute("SELECT name, models FROM keys WHERE models IS NOT NULL").fetchall():
         if joined == "":
-            log.warning("key %r had an empty model list, which granted every model; it still does. "
+            log.warning("key %r had the allow-list [\"\"], which granted every model; it now grants none. "
                         "Revoke it and create it again with the models it may use.", name)  # fmt: skip
-        listed = json.dumps(joined.split(",")) if joined else None  # exactly what the old reader made of it
+        listed = json.dumps(joined.split(",") if joined else [])
         db.execute("UPDATE keys SET models = ? WHERE name = ?", (listed, name))

@@ -75,16 +75,16 @@ def test_old_file_is_upgraded_and_keeps_every_allow_list(tmp_path, caplog) -> No
     usage = store.usage()
     store.close()
     assert {n: r.models for n, r in records.items()} == {
-        "both": ("m", "other"), "only-m": ("m",), "empty": None, "all": None, "odd": ("m", ""),
+        "both": ("m", "other"), "only-m": ("m",), "empty": (), "all": None, "odd": ("m", ""),
     }  # fmt: skip
     assert all(r.max_concurrency is None and r.rpm == 60 for r in records.values())
     assert [(u.key_name, u.num_requests, u.completion_tokens) for u in usage] == [("both", 2, 20)]
     rows = raw_rows(path)
-    assert rows["both"] == ('["m", "other"]', 60, None) and rows["all"][0] is None and rows["empty"][0] is None
+    assert rows["both"] == ('["m", "other"]', 60, None) and rows["all"][0] is None and rows["empty"][0] == "[]"
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert db.execute("SELECT v FROM meta WHERE k='version'").fetchone()[0] == "4"  # gateways reload
-    assert "'empty' had an empty model list" in caplog.text
+    assert "'empty' had the allow-list [\"\"], which granted every model; it now grants none" in caplog.text
     assert mode(path) == 0o600 and "was mode 0644" in caplog.text
     again = KeyStore(path)  # a second open changes nothing
     assert {r.name: r.models for r in again.keys()} == {n: r.models for n, r in records.items()}
@@ -106,7 +106,7 @@ async def test_upgraded_file_serves_the_same_models_through_a_gateway(tmp_path) 
                     assert status == 200 or error_of(raw)["code"] == "model_not_allowed"
     assert got == {
         ("both", "m"): 200, ("both", "other"): 200, ("only-m", "m"): 200, ("only-m", "other"): 403,
-        ("empty", "m"): 200, ("empty", "other"): 200, ("all", "m"): 200, ("all", "other"): 200,
+        ("empty", "m"): 403, ("empty", "other"): 403, ("all", "m"): 200, ("all", "other"): 200,
         ("odd", "m"): 200, ("odd", "other"): 403,
     }  # fmt: skip
 
