@@ -27,6 +27,7 @@ from zerogap.net import free_port, wait_for_port, wait_http_ok
 
 MODEL = "tiny-sim"
 UNIFIED_KEY = "sk-deploy-live-unified"
+METRICS_KEY = "metrics-deploy-live-key"  # [server].metrics_key; Prometheus sends it from a file
 
 
 @dataclass
@@ -39,6 +40,12 @@ class Stack:
     prometheus_port: int = 0
     loadtest_port: int = 0
     keys: dict[str, str] = field(default_factory=dict)  # key name -> secret
+    metrics_key: str = ""  # the gateway's [server].metrics_key, when it has one
+
+    @property
+    def metrics_auth(self) -> dict[str, str]:
+        """The header GET /metrics of the gateway needs."""
+        return {"Authorization": f"Bearer {self.metrics_key}"} if self.metrics_key else {}
 
     @property
     def gateway_url(self) -> str:
@@ -84,6 +91,7 @@ def gateway_config(stack: Stack) -> str:
         f"port = {stack.gateway_port}",
         f'api_key = "{UNIFIED_KEY}"',
         f'base_url = "{stack.gateway_url}/api"',
+        f'metrics_key = "{stack.metrics_key}"',
         "[gateway]",
         'key_store = "keys.db"',
         "health_interval_s = 5",  # a killed backend is found by the requests that fail on it
@@ -105,6 +113,7 @@ def create_key(stack: Stack, name: str, *flags: str) -> str:
 
 def start_gateway(stack: Stack) -> None:
     stack.gateway_port = free_port()
+    stack.metrics_key = METRICS_KEY
     (stack.workdir / "gateway.toml").write_text(gateway_config(stack))
     create_key(stack, "team-a")
     create_key(stack, "limited", "--rpm", "2")
@@ -143,7 +152,8 @@ def start_locust(stack: Stack, steps: list[int], step_s: float) -> subprocess.Po
 
 
 def prometheus_config(stack: Stack, interval: str = "1s") -> dict[str, Any]:
-    """deploy/prometheus/prometheus.yml with the live targets, a 1 s interval and absolute rule paths."""
+    """deploy/prometheus/prometheus.yml with the live targets, a 1 s interval and absolute rule paths;
+    the gateway job sends the gateway's metrics key (from a file, as compose and k8s do)."""
     config: dict[str, Any] = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
     config["global"].update(scrape_interval=interval, evaluation_interval=interval)
     config["rule_files"] = [str((PROMETHEUS / f).resolve()) for f in config["rule_files"]]
@@ -159,6 +169,12 @@ def prometheus_config(stack: Stack, interval: str = "1s") -> dict[str, Any]:
     for job in config["scrape_configs"]:
         job.pop("file_sd_configs", None)
         job["static_configs"] = targets[job["job_name"]]
+    if stack.metrics_key:
+        key_file = stack.workdir / "metrics-key"
+        key_file.write_text(stack.metrics_key)
+        key_file.chmod(0o600)
+        (gateway,) = [job for job in config["scrape_configs"] if job["job_name"] == "zerogap-gateway"]
+        gateway["authorization"] = {"credentials_file": str(key_file)}
     return config
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +57,8 @@ RAW_SERIES = [
 
 
 def gateway_inflight(stack: Stack, backend: str) -> float:
-    with urllib.request.urlopen(f"{stack.gateway_url}/metrics", timeout=5) as resp:
+    request = urllib.request.Request(f"{stack.gateway_url}/metrics", headers=stack.metrics_auth)
+    with urllib.request.urlopen(request, timeout=5) as resp:
         text = resp.read().decode()
     for line in text.splitlines():
         if line.startswith("zerogap_backend_inflight{") and f'backend="{backend}"' in line:
@@ -104,6 +106,18 @@ def test_load_reached_the_gateway(live: Stack) -> None:
     assert tps and tps[0] > 0
     limited = prom_api(live, "query", query='sum(zerogap_ratelimited_total{key="limited"})')["result"]
     assert finite_values(limited) and finite_values(limited)[0] >= 1
+
+
+def test_prometheus_scrapes_the_gateway_with_its_metrics_key(live: Stack) -> None:
+    """The gateway runs with [server].metrics_key: /metrics without it is refused, and Prometheus,
+    sending it from a file as the compose and k8s configs do, scrapes the gateway all the same."""
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{live.gateway_url}/metrics", timeout=5)
+    refused.value.close()  # the error holds the response's socket
+    assert refused.value.code == 401
+    targets = prom_api(live, "targets")["activeTargets"]
+    (gateway,) = [t for t in targets if t["labels"]["job"] == "zerogap-gateway"]
+    assert gateway["health"] == "up", gateway["lastError"]
 
 
 def test_series_exist_with_values(live: Stack) -> None:
