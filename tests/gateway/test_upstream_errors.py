@@ -46,6 +46,23 @@ async def test_a_refused_connection_says_so_without_the_address(tmp_path, caplog
     assert f"127.0.0.1:{port}" in warnings(caplog)
 
 
+@pytest.mark.parametrize(
+    ("fail_status", "fail_body", "status"),
+    [
+        (501, None, 502),  # a 5xx that is not retried: its body is still not passed on
+        (404, "<html>nginx/1.18.0 at 10.0.0.7:8000</html>", 404),  # a 4xx that is no OpenAI error: a proxy's page
+    ],
+)
+async def test_bodies_that_are_no_openai_error_are_replaced(tmp_path, caplog, fail_status, fail_body, status) -> None:
+    with UpstreamServer(Behavior(fail_status=fail_status, fail_body=fail_body), model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], {"max_retries": 0})) as gs:
+            got, _, raw = await post(gs.url + "/v1/chat/completions", chat_body(stream=False), auth())
+    message = error_of(raw)["message"]
+    assert got == status and message == f"Backend b0 answered {fail_status} (its body is in the gateway's log)."
+    assert_private(raw.decode(), up.port)
+    assert "10.0.0.7" not in raw.decode() and (fail_body or BODY_500) in warnings(caplog)
+
+
 async def test_the_backends_credentials_refused_is_the_gateways_problem_not_the_clients(tmp_path, caplog) -> None:
     with UpstreamServer(Behavior(api_key="the-backend-key-123"), model="m") as up:  # the gateway sends none
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], {"max_retries": 0})) as gs:

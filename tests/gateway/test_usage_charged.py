@@ -17,7 +17,7 @@ import pytest
 
 from backends.sim.testing import SimProcess, run_sim_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
-from tests.gateway.helpers import GatewayServer, auth, chat_body, events, get, make_config, post, wait_until
+from tests.gateway.helpers import GatewayServer, auth, chat_body, events, get, make_config, metric, post, wait_until
 from tests.gateway.processes import call
 from tests.sse import data_of
 
@@ -106,6 +106,8 @@ async def test_a_client_that_hangs_up_after_100_tokens_is_charged_them(tmp_path,
             assert await read_then_hang_up(gs.url, key, body, 100) == 100
             assert await wait_until(lambda: up.requests[0].disconnected, 10)
             row = await charged(gs, "cut")
+            _, text = await get(gs.url + "/metrics")
+    assert metric(text, "zerogap_tokens_total", key="cut", kind="completion") == row["completion_tokens"]
     num_sent = up.requests[0].num_tokens_sent
     assert 100 <= row["completion_tokens"] <= num_sent < 3000  # what was relayed, not 0, not max_tokens
     exact = report_usage and asked_continuous(up.requests[0].body)
