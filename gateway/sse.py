@@ -6,8 +6,9 @@ The gateway asks a streaming backend for usage on every chunk (vLLM's `stream_op
 (client gone, backend broke, idle timeout, ejection, drain) is charged exactly what was relayed.
 Reading it must stay cheap: this runs once per read from the backend, on the per-token hot path.
 So no event is decoded as JSON and, on the usual path, no regex scans a read: usage is
-cumulative, so only the last usage object relayed matters, and only where it is (the read's
-bytes and an offset) is kept; its two counts are read once, when the stream ends. For a client
+cumulative, so only the last usage object relayed matters: its bytes are kept (a slice of at
+most USAGE_BYTES, so that a stream never holds on to a large read), and its two counts are read
+once, when the stream ends. For a client
 that did not ask for it, the `usage` field is cut out of each chunk with `find` and slicing, its
 end found by matching braces (a usage object holds no strings). JSON that is not compact (vLLM's,
 the sim's and OpenAI's are) takes a slower path through regular expressions, to the same end.
@@ -32,6 +33,7 @@ SHOW_ALL: Final = 2  # include_usage and continuous_usage_stats: as the backend 
 
 FIELD = b',"usage":'  # the usage field in compact JSON, after another field (vLLM: after "choices")
 USAGE_ONLY = b'"choices":[]'  # what comes right before it in the final usage-only chunk
+USAGE_BYTES = 1024  # what is kept of the last usage field (vLLM's, with its *_details, is under 300)
 
 _OBJECT = rb"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}"  # a JSON object holding objects one level deep (*_details)
 _USAGE_AT = re.compile(rb'"usage"\s*:\s*(' + _OBJECT + rb")")
@@ -50,13 +52,12 @@ def shown_usage(wants_usage: bool, wants_continuous: bool) -> int:
 
 
 class SseFilter:
-    __slots__ = ("_pending", "_usage", "_usage_at", "num_chunks", "show")
+    __slots__ = ("_pending", "_usage", "num_chunks", "show")
 
     def __init__(self, show: int) -> None:
         self.show = show
         self.num_chunks = 0  # events with a choice relayed, less role-only openers (counted while no usage came)
-        self._usage: bytes | None = None  # the read that held the last usage object the backend reported,
-        self._usage_at = 0  # and where in it (at its "usage" key)
+        self._usage: bytes | None = None  # the last usage field the backend reported, from its "usage" key on
         self._pending = b""
 
     def feed(self, data: bytes) -> bytes:
@@ -74,14 +75,13 @@ class SseFilter:
         if end < len(data):
             self._pending = data[end:]
             data = data[:end]
-        if b'"usage"' in data:
-            return self._usage_in(data)
-        if self._usage is None:
+        out = self._usage_in(data) if b'"usage"' in data else data
+        if self._usage is None:  # no usage yet (none at all, or OpenAI's "usage": null): count
             num = data.count(b"data: {")
             if self.num_chunks == 0:  # the chat stream's role-only opener comes first (vLLM: with the first token)
                 num -= data.count(b'"delta":{"role"')
             self.num_chunks += num
-        return data
+        return out
 
     def rest(self) -> bytes:
         """What is left at the end of the stream (an event without its blank line)."""
@@ -90,7 +90,7 @@ class SseFilter:
 
     def reported(self) -> tuple[int | None, int | None]:
         """(prompt, completion) tokens of the last usage the backend reported; None where it said nothing."""
-        found = _USAGE_AT.match(self._usage, self._usage_at) if self._usage is not None else None
+        found = _USAGE_AT.match(self._usage) if self._usage is not None else None
         counts = dict(_TOKENS.findall(found.group(1))) if found is not None else {}
         prompt, completion = counts.get(b"prompt"), counts.get(b"completion")
         return (int(prompt) if prompt else None, int(completion) if completion else None)
@@ -112,7 +112,7 @@ class SseFilter:
                 end = _object_end(data, value)
                 if end < 0:  # not a usage object as vLLM writes one: leave the rest as it came
                     break
-                self._usage, self._usage_at = data, at + 1
+                self._usage = data[at + 1 : end]
                 if data.endswith(USAGE_ONLY, 0, at):  # the final usage-only chunk: kept or dropped whole
                     if self.show == SHOW_FINAL:
                         at = data.find(FIELD, end)
@@ -127,14 +127,15 @@ class SseFilter:
     def _mark(self, data: bytes, at: int) -> None:
         """The usage field at `at` is the last one relayed (unless it is null)."""
         if not data.startswith(b"null", at + len(FIELD) - 1):
-            self._usage, self._usage_at = data, at
+            self._usage = data[at : at + USAGE_BYTES]
 
     def _usage_in_any_json(self, data: bytes) -> bytes:
         """_usage_in for JSON with spaces (or a usage field first): the same, with regular expressions."""
         end = len(data)
         while (at := data.rfind(b'"usage"', 0, end)) >= 0:  # the last one that is an object, not null
-            if _USAGE_AT.match(data, at) is not None:
-                self._usage, self._usage_at = data, at
+            found = _USAGE_AT.match(data, at)
+            if found is not None:
+                self._usage = found.group()
                 break
             end = at
         if self.show == SHOW_ALL:
