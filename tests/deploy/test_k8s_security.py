@@ -6,7 +6,6 @@ while every connection the stack makes still passes."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
 import shutil
@@ -19,8 +18,6 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from backends.process_group import stop_process
-from gateway.shared_limits import SharedLimiter
 from loadtest import parse_settings
 from tests.deploy.k8s_docs import (
     NAMESPACE,
@@ -41,7 +38,6 @@ from tests.deploy.k8s_docs import (
 from tests.deploy.paths import DEPLOY, K8S, PROMETHEUS
 from tests.deploy.secrets import SECRETS
 from tests.tools import require_tool
-from zerogap.net import free_port, wait_for_port
 
 # Who may open a connection to whom: workload -> {port: source workloads}; None: no policy (open).
 EXPECTED: dict[str, Admitted | None] = {
@@ -112,33 +108,12 @@ def test_args_naming_an_undefined_variable_are_caught() -> None:
         expand_args(vllm, SECRETS)
 
 
-def redis_argv(port: int, folder: Path) -> list[str]:
-    """redis-server with the manifest's args as Kubernetes expands them, on a loopback port."""
+def test_redis_requires_the_password_of_redis_url() -> None:
+    """Tried on a real redis-server, with PostgreSQL's password too, in test_store_passwords.py."""
     args = expand_args(container(find("Deployment", "redis")), SECRETS)
     assert args[args.index("--requirepass") + 1] == SECRETS["REDIS_PASSWORD"]
-    return [require_tool("redis-server"), *args, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder)]
-
-
-async def can_ping(url: str) -> bool:
-    limiter = SharedLimiter(url)
-    try:
-        return await limiter.ping()
-    finally:
-        await limiter.close()
-
-
-def test_gateway_redis_url_opens_the_redis_of_the_manifest(tmp_path: Path) -> None:
-    """A real redis-server run with the manifest's args; the gateway's own Redis client with the
-    config's redis_url (host moved to loopback) gets in, without the password it does not."""
-    port = free_port()
-    proc = subprocess.Popen(redis_argv(port, tmp_path), stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, 10, proc)
-        url = (gateway_config().gateway.redis_url or "").replace("redis.zerogap.svc:6379", f"127.0.0.1:{port}")
-        assert asyncio.run(can_ping(url))
-        assert not asyncio.run(can_ping(f"redis://127.0.0.1:{port}/0"))
-    finally:
-        stop_process(proc)
+    assert secret_refs(container(find("Deployment", "redis"))) == {"REDIS_PASSWORD": "REDIS_PASSWORD"}
+    assert urlsplit(gateway_config().gateway.redis_url or "").password == SECRETS["REDIS_PASSWORD"]
 
 
 def test_prometheus_sends_the_metrics_key_from_the_secret() -> None:
