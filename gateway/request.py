@@ -20,6 +20,7 @@ re-encoded (else the client's bytes go as they are, or with fields appended befo
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,10 @@ MAX_TOKENS_BOUND = 2**31 - 1  # the most completion tokens anyone may ask for (n
 MAX_CHOICES = 128  # n and best_of: completions generated per request
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # any top-level integer (seed, top_k, ...) must fit an engine's int64
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
-_STREAM_OPTIONS_BYTES = b'"stream_options":{"include_usage":true,"continuous_usage_stats":true}'
+_STREAM_OPTIONS_OBJECT = b'{"include_usage":true,"continuous_usage_stats":true}'
+_STREAM_OPTIONS_BYTES = b'"stream_options":' + _STREAM_OPTIONS_OBJECT
+_STREAM_OPTIONS_VALUE = re.compile(rb'"stream_options"[ \t\n\r]*:[ \t\n\r]*(\{[^{}]*\})')
+_USAGE_FLAGS = frozenset(STREAM_OPTIONS)
 
 
 @dataclass
@@ -198,11 +202,17 @@ def _upstream_bytes(call: Call, drop: list[str], max_tokens: int | None) -> byte
         if name in body:
             del body[name]
             reencode = True
+    raw = call.raw
     if call.stream:
         if not call.client_wants_continuous_usage:
-            reencode = reencode or "stream_options" in body
-            body["stream_options"] = {**(body.get("stream_options") or {}), **STREAM_OPTIONS}
-            appended.append(_STREAM_OPTIONS_BYTES)
+            options, present = body.get("stream_options"), "stream_options" in body
+            body["stream_options"] = {**(options or {}), **STREAM_OPTIONS}
+            if not present:
+                appended.append(_STREAM_OPTIONS_BYTES)
+            elif not reencode:
+                patched = _patched_stream_options(raw, options)
+                reencode = patched is None
+                raw = patched or raw
     elif "stream_options" in body:
         del body["stream_options"]  # vLLM refuses stream_options without stream
         reencode = True
@@ -213,6 +223,23 @@ def _upstream_bytes(call: Call, drop: list[str], max_tokens: int | None) -> byte
     if reencode:
         return None
     if not appended:
-        return call.raw
-    text = call.raw.strip()  # an object with at least "model" (checked): append before its `}`
+        return raw
+    text = raw.strip()  # an object with at least "model" (checked): append before its `}`
     return text[:-1] + b"," + b",".join(appended) + b"}"
+
+
+def _patched_stream_options(raw: bytes, options: Any) -> bytes | None:
+    """The client's bytes with its stream_options object replaced by the gateway's, without
+    re-encoding the body (many clients send {"include_usage": true}); None when that cannot be
+    done safely. Safe when the client's object holds only the usage flags (so its text has no
+    brace) and `"stream_options"` is written once, with no \\u escape anywhere in the body: then
+    that one occurrence is the top-level key (a nested key or a string would be a second one,
+    and the top-level key escaped would need a \\u)."""
+    if type(options) is not dict or not _USAGE_FLAGS.issuperset(options):
+        return None
+    if raw.count(b'"stream_options"') != 1 or b"\\u" in raw:
+        return None
+    found = _STREAM_OPTIONS_VALUE.search(raw)
+    if found is None:
+        return None
+    return raw[: found.start(1)] + _STREAM_OPTIONS_OBJECT + raw[found.end(1) :]

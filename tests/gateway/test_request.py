@@ -56,6 +56,41 @@ def test_what_the_client_asked_of_usage_is_kept_apart_from_what_goes_upstream() 
     assert sent(null)["stream_options"] == USAGE_ALWAYS  # re-encoded: no second "stream_options" key
 
 
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        (b'{"model":"m",  "prompt":"x", "stream":true, "stream_options": {"include_usage": true}}', True),
+        (b'{"model":"m",  "prompt":"x", "stream":true, "stream_options" :\n{ } , "n": 1}', True),
+        (
+            b'{"model":"m",  "stream_options":{"include_usage":false,"continuous_usage_stats":null}, "stream":true,'
+            b' "prompt":"x"}',
+            True,
+        ),
+        # not safely found in the bytes: encoded anew, and still right
+        (b'{"model":"m",  "prompt":"x", "stream":true, "stream\\u005foptions": {"include_usage": true}}', False),
+        (b'{"model":"m",  "prompt":"\\u00e9", "stream":true, "stream_options": {"include_usage": true}}', False),
+        (
+            b'{"model":"m",  "prompt":"x", "stream":true, "stream_options": {"include_usage": true},'
+            b' "tools": [{"stream_options": {}}]}',
+            False,
+        ),
+        (
+            b'{"model":"m",  "prompt":"x", "stream":true, "stream\\u005foptions": {"include_usage": true},'
+            b' "tools": [{"stream_options": {}}]}',
+            False,
+        ),
+        (b'{"model":"m",  "prompt":"stream_options", "stream":true, "stream_options": {"include_usage": true}}', False),
+        (b'{"model":"m",  "prompt":"x", "stream":true, "stream_options": {"include_usage": true, "y": "}"}}', False),
+    ],
+)
+def test_the_clients_stream_options_replaced_in_its_bytes_when_that_is_safe(raw, kept) -> None:
+    upstream = parse(raw).body_for(None)
+    expected = json.loads(raw)
+    expected["stream_options"] = {**expected["stream_options"], **USAGE_ALWAYS}
+    assert json.loads(upstream) == expected
+    assert upstream.startswith(b'{"model":"m",  ') == kept  # the client's bytes (json.dumps writes no double space)
+
+
 def test_stream_options_dropped_from_a_request_that_is_not_streamed() -> None:
     raw = b'{"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}'
     call = parse(raw)

@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway import strict_json
 from gateway.errors import ApiError
 from gateway.request import parse_call
 from zerogap.config.gateway import GatewaySection
@@ -130,3 +131,30 @@ def test_valid_bodies_are_always_accepted_and_keep_the_promises(body: dict[str, 
     assert call.client_wants_usage == (bool(body.get("stream")) and options.get("include_usage") is True)
     per_choice = body.get("max_completion_tokens") or body.get("max_tokens") or 300
     assert call.budget_tokens == per_choice * body.get("n", 1)
+
+
+tricky_text = st.text(alphabet='[]{}"\\ab/u', max_size=12)
+nested_values = st.recursive(
+    st.none() | st.integers() | tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(tricky_text, inner, max_size=3),
+    max_leaves=30,
+)
+
+
+def depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(depth, value), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(value=nested_values, indent=st.sampled_from([None, 1]), ascii_only=st.booleans())
+def test_the_depth_read_from_the_bytes_is_the_depth_of_the_value(value: Any, indent: int | None, ascii_only: bool):
+    """Strings full of brackets, quotes and backslashes do not fool the bytes-only measure."""
+    raw = json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode()
+    actual = depth(value)
+    for max_depth in {max(actual - 1, 0), actual, actual + 1}:
+        assert strict_json._depth_of_json_within(raw, max_depth) == (actual <= max_depth), (raw, max_depth)
+        assert strict_json._depth_within(value, max_depth) == (actual <= max_depth)
