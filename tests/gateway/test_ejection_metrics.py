@@ -4,6 +4,7 @@ answers their sum, one series per backend and cause, not one per process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -27,8 +28,9 @@ async def test_ejections_are_summed_over_the_worker_processes(tmp_path) -> None:
     folder.mkdir()
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder)}
     for _ in range(3):  # three workers, one ejection each
-        subprocess.run([sys.executable, "-c", WORKER.format(folder=folder)], env=env, check=True, timeout=60)
-    text = GatewayMetrics(str(folder)).render(Router([], "least_load"))  # what any worker answers
+        cmd = [sys.executable, "-c", WORKER.format(folder=folder)]
+        await asyncio.to_thread(subprocess.run, cmd, env=env, check=True, timeout=60)
+    text = GatewayMetrics(str(folder)).render(Router([], "least_load"))  # what any worker answers (in a loop)
     assert metric(text, "zerogap_backend_ejections_total", backend="a", cause="outlier") == 3
     assert metric(text, "zerogap_outlier_pending_dropped_total", backend="a") == 6
     assert text.count(b'zerogap_backend_ejections_total{backend="a"') == 1  # one series, no pid label
