@@ -26,6 +26,7 @@ from typing import Any
 from gateway.errors import ApiError
 
 MAX_DEPTH = 64  # levels of arrays/objects, the body's own object included
+NAME_DEEP_FIELD_BYTES = 256 * 1024  # a larger body nested too deep is refused without the field's name
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # any \uD800-\uDFFF escape: a pair or a lone half
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _ONE_KIND = bytes.maketrans(b"{}", b"[]")
@@ -80,8 +81,7 @@ def decode_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise invalid("The body must be a JSON object.")
     if raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and not _depth_of_json_within(raw, MAX_DEPTH):
-        deep = [key for key, value in body.items() if not _depth_within(value, MAX_DEPTH - 1)]
-        raise _too_deep(field_name(deep[0]) if deep else None)
+        raise _too_deep(_deep_field(body) if len(raw) <= NAME_DEEP_FIELD_BYTES else None)
     if _SURROGATE_ESCAPE.search(raw) is not None:
         _check_surrogates(body)
     return body
@@ -128,6 +128,13 @@ def _depth_of_json_within(raw: bytes, max_depth: int) -> bool:
             return True
         brackets = brackets.replace(b"[]", b"")
     return not brackets
+
+
+def _deep_field(body: dict[str, Any]) -> str | None:
+    """The first top-level field nested too deep (a walk of the values: only on the error path, and
+    only for bodies small enough that the walk costs little)."""
+    deep = (key for key, value in body.items() if not _depth_within(value, MAX_DEPTH - 1))
+    return field_name(next(deep, ""))
 
 
 def _depth_within(node: Any, max_depth: int) -> bool:

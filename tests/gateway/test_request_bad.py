@@ -36,6 +36,7 @@ CASES = [
     (b'{"model": "m", "prompt": "x", "tools": ' + nested(MAX_DEPTH) + b"}", False, "tools", "levels deep"),
     (b'{"model": "m", "prompt": "x", "x": ' + object_chain(MAX_DEPTH) + b"}", False, "x", "levels deep"),
     (b'{"model": "m", "prompt": ' + nested(MAX_DEPTH + 5) + b"}", False, "prompt", "levels deep"),
+    (b'{"model": "m", "prompt": "' + b"x" * 300_000 + b'", "t": ' + nested(MAX_DEPTH) + b"}", False, None, "deep"),
     # numbers
     (b'{"model": "m", "prompt": "x", "temperature": NaN}', False, "temperature", "not a JSON number"),
     (b'{"model": "m", "prompt": "x", "top_p": Infinity}', False, "top_p", "not a JSON number"),
