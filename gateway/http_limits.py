@@ -13,8 +13,9 @@
 
 Why a protocol subclass: the limits are per connection and per request, and the gateway's CPU
 per relayed token is a headline figure. Nothing here runs per response chunk (the send path is
-uvicorn's, untouched); per incoming chunk it adds an attribute test or two; per request one timer
-armed and cancelled, and the exact header size computed only when the bytes counted pass the limit.
+uvicorn's, untouched); per incoming chunk it adds an attribute test or two; a timer is armed per
+connection, and per request only when its headers (or body) do not come in the read that began
+them; the exact header size is computed only when the bytes counted pass the limit.
 """
 
 from __future__ import annotations
@@ -85,8 +86,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             if self._refused:  # the connection closes after the responses in flight: drop the rest
                 return
             self._header_bytes += len(data)
-            if self._timer is None:  # a later request's first bytes (or blank lines, which the parser skips)
-                self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -105,15 +104,18 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self._in_headers:
             if self._header_bytes > self.limits.max_header_bytes:
                 self._refuse_incomplete(headers_too_large(self.limits))
+            elif self._header_bytes and self._timer is None:  # a later request's headers (or blank
+                # lines, which the parser skips) began and are not complete: their deadline runs
+                self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
         elif self._timer is None:  # a body that did not come with its headers: it has a deadline
             self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._timer is None:  # it began in the tail of a chunk that ended the previous request
-            self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
-        if not self._header_bytes:  # it began inside a chunk that was not counted as headers
-            self._exact_check = True
+        if not self._header_bytes:  # it began in the tail of a chunk that ended the previous request,
+            self._exact_check = True  # not counted as headers
+            if self._timer is None:
+                self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
@@ -209,12 +211,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._timer = None
         if self.transport.is_closing():
             return
-        log.info("%s: closing: headers not complete in time", self._peer())
+        began = self._header_bytes > 0 or self._exact_check  # a byte of this request came
+        log.log(logging.INFO if began else logging.DEBUG, "%s: closing: headers not complete in time", self._peer())
         if not self._idle():
             self._refused = True
             self._close_after_responses()
             return
-        if self._header_bytes > 0 or self._exact_check:  # a byte of this request came
+        if began:
             self.transport.write(self._response(header_timeout(self.limits)))
         self.transport.close()
 

@@ -186,6 +186,16 @@ def test_blank_lines_between_requests_are_cut_too(gateway: LimitedGateway) -> No
     assert_error(raw, 408, "[server].header_timeout_s")
 
 
+def test_a_stalled_pipelined_request_is_cut(gateway: LimitedGateway) -> None:
+    with Conn(gateway.port) as conn:  # its first bytes come in the read that ends the one before
+        began_s = time.monotonic()
+        conn.sendall(HEALTH + b"GET /health HTTP/1.1\r\nX-Slow: s")
+        assert conn.read_response().status == 200
+        raw, closed_s = conn.read_to_end()
+    assert HEADER_TIMEOUT_S - CLOCK_SLACK_S <= closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
+    assert_error(raw, 408, "[server].header_timeout_s")  # not uvicorn's silent keep-alive close
+
+
 def test_pipelined_requests_are_answered_before_a_refusal(gateway: LimitedGateway) -> None:
     padding = {f"X-Pad-{i}": "p" * 4000 for i in range(10)}
     with Conn(gateway.port) as conn:
