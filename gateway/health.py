@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 
@@ -22,6 +23,12 @@ def parse_queue(text: bytes) -> int:
 
 def _never_held(backend: Backend) -> float:
     return 0.0
+
+
+def _finished(checks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+    checks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a health check failed unexpectedly", exc_info=task.exception())
 
 
 class HealthMonitor:
@@ -125,7 +132,7 @@ class HealthMonitor:
                 for b in self.router.backends:
                     task = asyncio.create_task(self.check(b))
                     checks.add(task)
-                    task.add_done_callback(checks.discard)
+                    task.add_done_callback(functools.partial(_finished, checks))
         finally:
             for task in checks:
                 task.cancel()

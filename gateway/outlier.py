@@ -191,6 +191,9 @@ class OutlierDetector:
                 tallies.append(Tally(b.name, max(num_attempts, record.num_failures), record.num_failures))
             record.attempts_at_start = b.num_attempts
             record.num_failures = record.num_pardoned = 0
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("model %s, the last %g s: %s", model, self.interval_s,
+                      ", ".join(f"{t.name} {t.num_failures} of {t.num_requests} failed" for t in tallies))  # fmt: skip
         for name, reason in verdict(tallies, self.settings):
             self._eject(next(b for b in self.router.pools[model].backends if b.name == name), reason)
 
