@@ -20,7 +20,7 @@ from tests.gateway.concurrent_streams import (
     status_of,
     streams,
 )
-from tests.gateway.helpers import GatewayServer, auth, chat_body, get, make_config, metric, wait_until
+from tests.gateway.helpers import GatewayServer, auth, chat_body, get, make_config, metric, post, wait_until
 from tests.gateway.processes import GatewayProcess, write_config
 from zerogap.net import free_port
 
@@ -93,3 +93,15 @@ async def test_the_slots_of_a_killed_gateway_come_back_within_the_lease(tmp_path
                 await eventually(lambda: status_is(b.url, key, 200), 15)  # the lease is 1 s: generous
             finally:
                 await session.close()
+
+
+async def test_a_stream_the_backend_breaks_frees_its_slot(tmp_path: Path) -> None:
+    with UpstreamServer(model="m") as up:
+        config = make_config(tmp_path, [("b0", up.url, "m")])
+        key = new_key(tmp_path, "broken", 1)
+        with GatewayServer(config) as gs:
+            body = {**chat_body(), "fixture": {"close_after_tokens": 3}}  # the upstream aborts mid-stream
+            status, _, raw = await post(gs.url + "/v1/chat/completions", body, auth(key))
+            assert status == 200 and b'"error"' in raw, raw  # the break, told inside the stream
+            assert await wait_until(lambda: gs.gw.limiter.num_held("broken") == 0, 10)  # type: ignore[attr-defined]
+            assert await status_of(gs.url, key) == 200
