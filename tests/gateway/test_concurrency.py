@@ -36,6 +36,7 @@ async def test_twelve_streams_on_a_key_of_four(tmp_path: Path) -> None:
             assert await wait_until(lambda: limiter.num_held("four") == 0, 10)
             up.behavior.interval_s = SLOW
             check_split(await streams([gs.url] * 5, key, up), 4)  # the 4 slots came back, and no more
+            assert await wait_until(lambda: limiter.num_held("four") == 0, 10)  # each request fully accounted
             _, text = await get(gs.url + "/metrics")
     assert metric(text, "zerogap_ratelimited_total", key="four", limit="concurrency") == 9
     assert metric(text, "zerogap_requests_total", key="four", status="429") == 9
