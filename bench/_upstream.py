@@ -6,7 +6,9 @@ Every POST .../completions is answered at once with a chunked text/event-stream;
 token comes ttft_s after the request, then one token every interval_s (absolute schedule, so
 no drift), each its own SSE event, its own HTTP chunk and its own write, as vLLM sends them.
 After the last token: a usage event (choices: []) when the request asked for
-stream_options.include_usage, then `data: [DONE]`. Each token is " tK" in
+stream_options.include_usage, then `data: [DONE]`. With stream_options.continuous_usage_stats
+every token's event carries the usage so far as well, as vLLM sends it (the gateway asks for
+it on every stream, so that a stream cut short is charged what was relayed). Each token is " tK" in
 `"text":" tK"`, which the load generator counts.
 
 It is a raw asyncio.Protocol on uvloop with every event precomputed, so one token costs one
@@ -33,15 +35,27 @@ def _chunk(event: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(event), event)
 
 
-def _events(num_tokens: int) -> tuple[list[bytes], bytes, bytes]:
-    """The chunk of each token, the usage-and-end chunks, and the end chunks alone."""
+def _usage(num_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": 2, "completion_tokens": num_tokens, "total_tokens": num_tokens + 2}
+
+
+def _tokens(num_tokens: int, continuous: bool) -> list[bytes]:
+    """The chunk of each token (with the usage so far when `continuous`)."""
     tokens = []
     for k in range(num_tokens):
-        obj = {"id": "cmpl-bench", "object": "text_completion", "model": "bench",
+        obj: dict[str, Any] = {"id": "cmpl-bench", "object": "text_completion", "model": "bench",
                "choices": [{"index": 0, "text": f" t{k}", "logprobs": None,
                             "finish_reason": "length" if k == num_tokens - 1 else None}]}  # fmt: skip
+        if continuous:
+            obj["usage"] = _usage(k + 1)
         tokens.append(_chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"))
-    usage = {"prompt_tokens": 2, "completion_tokens": num_tokens, "total_tokens": num_tokens + 2}
+    return tokens
+
+
+def _events(num_tokens: int) -> tuple[list[bytes], bytes, bytes]:
+    """The chunk of each token, the usage-and-end chunks, and the end chunks alone."""
+    tokens = _tokens(num_tokens, continuous=False)
+    usage = _usage(num_tokens)
     usage_event = {"id": "cmpl-bench", "object": "text_completion", "model": "bench", "choices": [], "usage": usage}
     end = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
     with_usage = _chunk(b"data: " + json.dumps(usage_event, separators=(",", ":")).encode() + b"\n\n") + end
@@ -60,6 +74,7 @@ class Stream(asyncio.Protocol):
         self.k = 0
         self.t0 = 0.0
         self.tail = b""
+        self.tokens: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -91,17 +106,20 @@ class Stream(asyncio.Protocol):
             if self.buffer:
                 self.data_received(b"")
             return
-        self.tail = self.server.with_usage if b'"include_usage":true' in body.replace(b" ", b"") else self.server.end
+        options = body.replace(b" ", b"")
+        self.tail = self.server.with_usage if b'"include_usage":true' in options else self.server.end
+        continuous = b'"continuous_usage_stats":true' in options
+        self.tokens = self.server.continuous_tokens if continuous else self.server.tokens
         self.transport.write(HEAD)
         self.k = 0
         self.t0 = self.loop.time() + self.server.ttft_s
         self.handle = self.loop.call_at(self.t0, self.tick)
 
     def tick(self) -> None:
-        server, k = self.server, self.k
-        self.transport.write(server.tokens[k])
+        server, tokens, k = self.server, self.tokens, self.k
+        self.transport.write(tokens[k])
         k = self.k = k + 1
-        if k < len(server.tokens):
+        if k < len(tokens):
             self.handle = self.loop.call_at(self.t0 + k * server.interval_s, self.tick)
             return
         self.transport.write(self.tail)
@@ -115,6 +133,7 @@ class Server:
         self.ttft_s = ttft_s
         self.interval_s = interval_s
         self.tokens, self.with_usage, self.end = _events(num_tokens)
+        self.continuous_tokens = _tokens(num_tokens, continuous=True)
 
 
 def main() -> None:
