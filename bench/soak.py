@@ -14,7 +14,10 @@ and rejoining the pool in that interval (the gateway logs at level info, no acce
 At the end it checks the targets:
   - RSS and open fds flat after the warm-up: growth < 5 % over the reports after `--warmup-s`
     (the mean of their last quarter over the mean of their first quarter, printed as a ratio);
-  - zero failed good requests; zero 5xx answers to bad requests; no client ever hangs.
+  - zero failed good requests; zero 5xx answers to bad requests; no client ever hangs;
+  - zero outlier ejections: every backend is equally noisy (the mix's 500s and resets), so the
+    outlier rules, which judge a backend against its peers, must eject none (a health ejection
+    of a backend that really stopped answering is not counted here).
 Exit code 0 when all hold, 1 otherwise.
 
     .venv/bin/python -m bench.soak [--concurrency 512] [--duration-s 1800] [--report-s 60] [--warmup-s 600]
@@ -87,6 +90,7 @@ class SoakResult:
     rss_growth: float = 0.0
     fds_growth: float = 0.0
     tasks_growth: float = 0.0
+    num_outlier_ejections: float = 0.0  # in the whole run
     failures: list[str] = field(default_factory=list)  # the targets missed (empty: all held)
 
 
@@ -101,22 +105,28 @@ def proc_num_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-async def scrape_gateway(session: aiohttp.ClientSession, url: str) -> tuple[float, float]:
-    """The gateway's asyncio tasks and its backend ejections so far (all backends and causes)."""
+async def scrape_gateway(session: aiohttp.ClientSession, url: str) -> tuple[float, float, float]:
+    """The gateway's asyncio tasks, its backend ejections so far (all backends and causes) and
+    its outlier ejections so far."""
     async with session.get(url + "/metrics") as resp:
         page = await resp.text()
-    return sum_samples(page, "zerogap_event_loop_tasks") or 0.0, sum_samples(page, EJECTIONS) or 0.0
+    return (
+        sum_samples(page, "zerogap_event_loop_tasks") or 0.0,
+        sum_samples(page, EJECTIONS) or 0.0,
+        sum_samples(page, EJECTIONS, {"cause": "outlier"}) or 0.0,
+    )
 
 
-async def sample(pid: int, url: str, until_s: float, samples: list[tuple[float, float, float, float]]) -> None:
-    """(rss_mb, fds, tasks, ejections so far) every second until until_s."""
+async def sample(pid: int, url: str, until_s: float, samples: list[tuple[float, ...]]) -> None:
+    """(rss_mb, fds, tasks, ejections so far, outlier ejections so far) every second until until_s."""
+    nan = float("nan")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while time.monotonic() < until_s:
             try:
-                num_tasks, num_ejections = await scrape_gateway(session, url)
+                num_tasks, num_ejections, num_outlier = await scrape_gateway(session, url)
             except (aiohttp.ClientError, TimeoutError):
-                num_tasks, num_ejections = float("nan"), float("nan")
-            samples.append((proc_rss_mb(pid), proc_num_fds(pid), num_tasks, num_ejections))
+                num_tasks, num_ejections, num_outlier = nan, nan, nan
+            samples.append((proc_rss_mb(pid), proc_num_fds(pid), num_tasks, num_ejections, num_outlier))
             await asyncio.sleep(1.0)
 
 
@@ -154,7 +164,7 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvent
     t0_s = time.monotonic()
     end_s = t0_s + opts.duration_s
     tally = Tally(t0_s)
-    samples: list[tuple[float, float, float, float]] = []
+    samples: list[tuple[float, ...]] = []
     ejections_before = 0.0
     clients = asyncio.create_task(run_clients(url, opts.concurrency, end_s, random.Random(opts.seed), lambda: tally))
     sampler = asyncio.create_task(sample(gateway_pid, url, end_s + 1, samples))
@@ -167,6 +177,8 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvent
         done.span_s = time.monotonic() - done.start_s
         rss, fds, tasks = (statistics.median(x) if x else 0.0 for x in list(zip(*now_samples, strict=True))[:3])
         ejections = max((s[3] for s in now_samples if s[3] == s[3]), default=ejections_before)  # NaN: not read
+        outlier = max((s[4] for s in now_samples if s[4] == s[4]), default=result.num_outlier_ejections)
+        result.num_outlier_ejections = max(result.num_outlier_ejections, outlier)
         report = Report(next_s - t0_s, done, rss, fds, tasks, ejections - ejections_before)
         ejections_before = ejections
         result.reports.append(report)
@@ -211,9 +223,12 @@ def judge(opts: SoakOptions, result: SoakResult) -> None:
         result.failures.append(f"{total.num_bad_5xx} bad requests got a 5xx")
     if total.num_hung:
         result.failures.append(f"{total.num_hung} requests hung (no answer within their timeout)")
+    if result.num_outlier_ejections:
+        result.failures.append(f"{result.num_outlier_ejections:.0f} outlier ejections of equally noisy backends")
     print(
         f"\n{total.num_requests} requests ({total.summary()}); after the warm-up ({opts.warmup_s:g} s): "
-        f"RSS x{1 + result.rss_growth:.3f}, open fds x{1 + result.fds_growth:.3f}, tasks x{1 + result.tasks_growth:.3f}"
+        f"RSS x{1 + result.rss_growth:.3f}, open fds x{1 + result.fds_growth:.3f}, "
+        f"tasks x{1 + result.tasks_growth:.3f}, outlier ejections {result.num_outlier_ejections:.0f}"
     )
     print("targets: " + ("all held" if not result.failures else "MISSED: " + "; ".join(result.failures)))
 
