@@ -48,6 +48,15 @@ def test_env_default_syntax() -> None:
         ('[[backends]]\nname = "a"\nurl = "http://x:1"', "[[backends]][0].model: required"),
         ("[scheduler]\nmax_num_seqs = -1", "[scheduler].max_num_seqs"),
         ("[server\n", "not valid TOML"),
+        ('[server]\napi_key = "short-key"', "[server].api_key: must be at least 16 characters (got 9); make one with"),
+        ('[server]\nadmin_key = "0123456789abcde"', "[server].admin_key: must be at least 16"),
+        (
+            '[server]\napi_key = "0123456789abcdef"\nadmin_key = "0123456789abcdef"',
+            "admin_key must differ from api_key",
+        ),
+        ('[server]\napi_key = "0123456789abcdef"\nmetrics_key = "0123456789abcdef"', "metrics_key must differ"),
+        ("[server]\nmax_header_bytes = 10", "[server].max_header_bytes"),
+        ('[gateway]\non_store_down = "maybe"', "[gateway].on_store_down"),
     ],
 )
 def test_bad_values_name_the_field(text: str, expected: str) -> None:
@@ -55,6 +64,13 @@ def test_bad_values_name_the_field(text: str, expected: str) -> None:
         parse_config(text, source="my.toml", env={})
     assert str(info.value).startswith("my.toml:")
     assert expected in str(info.value)
+
+
+def test_secrets_are_not_echoed_in_config_errors() -> None:
+    for text in ('[server]\napi_key = "short-Xyzzy"', '[gateway]\ndatabase_url = "mysql://u:pw-Xyzzy@h/db"'):
+        with pytest.raises(ConfigError) as info:
+            parse_config(text, source="my.toml", env={})
+        assert "Xyzzy" not in str(info.value)
 
 
 def test_missing_file() -> None:

@@ -4,6 +4,7 @@ Shared by config.toml (zerogap.config.loader) and settings.json (loadtest)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+SECRET_FIELD = re.compile(r"(key|password|secret|token|_url)$")  # values never echoed (URLs may hold passwords)
 
 
 def describe_validation_error(error: Mapping[str, Any], path: str, unknown: str = "key") -> str:
@@ -22,7 +24,9 @@ def describe_validation_error(error: Mapping[str, Any], path: str, unknown: str 
     if kind == "missing":
         return f"{path}: required, but missing. Add it."
     got = error.get("input")
-    shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+    loc = error.get("loc") or ("",)
+    secret = bool(SECRET_FIELD.search(str(loc[-1])))
+    shown = "" if isinstance(got, dict | list) or secret else f" (got {got!r})"
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"{path}: {message}{shown}. Fix the value."
 
