@@ -39,6 +39,9 @@ _USAGE_FLAGS = frozenset(STREAM_OPTIONS)
 _UNICODE_ESCAPE = re.compile(rb"\\u")  # a regex search: half the time of `in` for a two-byte needle
 
 
+MAX_MODEL_CHARS = 256
+
+
 @dataclass
 class Call:
     """One validated completion request."""
@@ -175,6 +178,8 @@ def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> C
     model = body.get("model")
     if type(model) is not str or not model:
         raise invalid("'model' is required: the name of a model from GET /v1/models.", "model")
+    if len(model) > MAX_MODEL_CHARS:  # it would be echoed back in a 404
+        raise invalid(f"'model' is longer than {MAX_MODEL_CHARS} characters: see GET /v1/models.", "model")
     stream = _flag(body.get("stream"), "stream")
     wants_usage, wants_continuous = _stream_options(body)
     if chat:

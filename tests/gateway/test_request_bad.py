@@ -37,6 +37,7 @@ CASES = [
     (b'{"model": "m", "prompt": "x", "x": ' + object_chain(MAX_DEPTH) + b"}", False, "x", "levels deep"),
     (b'{"model": "m", "prompt": ' + nested(MAX_DEPTH + 5) + b"}", False, "prompt", "levels deep"),
     (b'{"model": "m", "prompt": "' + b"x" * 300_000 + b'", "t": ' + nested(MAX_DEPTH) + b"}", False, None, "deep"),
+    (b'{"model": "' + b"m" * 257 + b'", "prompt": "x"}', False, "model", "longer than 256"),
     # numbers
     (b'{"model": "m", "prompt": "x", "temperature": NaN}', False, "temperature", "not a JSON number"),
     (b'{"model": "m", "prompt": "x", "top_p": Infinity}', False, "top_p", "not a JSON number"),
@@ -142,3 +143,9 @@ def test_bad_bodies_are_a_400_naming_the_field_and_the_fix(raw, chat, param, wor
 )
 def test_bodies_at_the_limits_pass(raw) -> None:
     assert parse_call(raw, "/v1/completions", False, GatewaySection()).model == "m"
+
+
+def test_a_model_name_at_the_limit_passes() -> None:
+    name = "m" * 256
+    assert parse_call(b'{"model": "%s", "prompt": "x"}' % name.encode(), "/v1/completions", False,
+                      GatewaySection()).model == name  # fmt: skip
