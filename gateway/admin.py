@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.asgi import read_body
 from gateway.errors import ApiError
 from gateway.key_fields import InvalidKeyField, KeyFields, parse_key_fields
 from gateway.store import DuplicateKeyName, KeyRecord, KeyStoreError
@@ -69,22 +70,9 @@ def unavailable(exc: Exception) -> ApiError:
     )
 
 
-def _too_large() -> ApiError:
-    return ApiError(413, f"The body is larger than {MAX_BODY_BYTES} bytes. Send only the key's fields.",
+def _too_large(max_bytes: int) -> ApiError:
+    return ApiError(413, f"The body is larger than {max_bytes} bytes. Send only the key's fields.",
                     param=None, code="request_too_large")  # fmt: skip
-
-
-async def _read_body(request: Request) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed MAX_BODY_BYTES (never read past it)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise _too_large()
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise _too_large()
-    return bytes(raw)
 
 
 def _no_constant(name: str) -> None:
@@ -92,7 +80,7 @@ def _no_constant(name: str) -> None:
 
 
 async def _parse_new_key(request: Request) -> KeyFields:
-    raw = await _read_body(request)
+    raw = await read_body(request.receive, request.scope, MAX_BODY_BYTES, _too_large)  # never read past it
     try:
         body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack

@@ -12,6 +12,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+TooLarge = Callable[[int], ApiError]  # the 413 for a body over its bound (max_bytes)
 
 
 class ClientGone(Exception):
@@ -31,10 +32,17 @@ def client_host(scope: Scope) -> str | None:
     return str(client[0]) if client else None
 
 
-async def read_body(receive: Receive, scope: Scope, max_bytes: int) -> bytes:
+def check_declared_length(scope: Scope, max_bytes: int, error: TooLarge | None = None) -> None:
+    """413 for a Content-Length above max_bytes, before a byte of the body is read."""
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise too_large(max_bytes)
+        raise (error or too_large)(max_bytes)
+
+
+async def read_body(receive: Receive, scope: Scope, max_bytes: int, error: TooLarge | None = None) -> bytes:
+    """The whole body, refused with `error(max_bytes)` (default: too_large) as soon as it is known
+    to exceed max_bytes: from its Content-Length, or while it arrives (never read past the limit)."""
+    check_declared_length(scope, max_bytes, error)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -44,7 +52,7 @@ async def read_body(receive: Receive, scope: Scope, max_bytes: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > max_bytes:
-            raise too_large(max_bytes)
+            raise (error or too_large)(max_bytes)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)

@@ -8,7 +8,17 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
-from gateway.asgi import ClientGone, Receive, Scope, Send, client_host, header, read_body, send_error, too_large
+from gateway.asgi import (
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    check_declared_length,
+    client_host,
+    header,
+    read_body,
+    send_error,
+)
 from gateway.errors import ApiError
 from gateway.exchange import SSE_HEADERS, Exchange, Reply
 from gateway.limits import Slot, estimate_tokens, limited_at_head
@@ -102,8 +112,7 @@ class Completions:
         labels["key"] = who.name
         _check_content_type(scope)
         max_body_bytes = gw.config.gateway.max_body_bytes
-        if _unbounded_body(scope, max_body_bytes) and header(scope, b"content-length") is not None:
-            raise too_large(max_body_bytes)
+        check_declared_length(scope, max_body_bytes)  # 413 before the limits: a refusal takes nothing
         if limited_at_head(who):
             admission.slot = await self._limit(gw, who, "none", gw.limiter.admit(who))
         raw = await read_body(receive, scope, max_body_bytes)
