@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ApiError
-from gateway.strict_json import decode_object, invalid
+from gateway.key_fields import MAX_MODEL_CHARS  # a longer name can be in no allow-list
+from gateway.strict_json import decode_object, field_name, invalid
 from zerogap.config.gateway import GatewaySection
 
 MAX_TOKENS_BOUND = 2**31 - 1  # the most completion tokens anyone may ask for (no engine has a longer context)
@@ -37,9 +38,6 @@ _STREAM_OPTIONS_BYTES = b'"stream_options":' + _STREAM_OPTIONS_OBJECT
 _STREAM_OPTIONS_VALUE = re.compile(rb'"stream_options"[ \t\n\r]*:[ \t\n\r]*(\{[^{}]*\})')
 _USAGE_FLAGS = frozenset(STREAM_OPTIONS)
 _UNICODE_ESCAPE = re.compile(rb"\\u")  # a regex search: half the time of `in` for a two-byte needle
-
-
-MAX_MODEL_CHARS = 256
 
 
 @dataclass
@@ -158,7 +156,7 @@ def _check_prompt(body: dict[str, Any]) -> None:
 def _check_int_range(body: dict[str, Any]) -> None:
     for key, value in body.items():
         if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-            name = key if key.isidentifier() and len(key) <= 64 else None
+            name = field_name(key)
             raise invalid(f"'{name or 'a field'}' is out of range (an integer must fit in 64 bits).", name)
 
 
