@@ -115,22 +115,25 @@ class OutlierDetector:
         if what == "broken" and not pending:
             record.num_failures += 1
         else:
-            self._add(backend, record, event)
-            record.num_pending += pending
-            if not pending:
-                record.num_failures += 1
-                self._check(backend, record)
+            self._in_run(backend, record, event)
         self._tick(backend.model)
         return event
 
     def refused(self, backend: Backend, what: str) -> None:
         """A connection that failed or closed before any answer: counts in the rates and the run."""
         if backend.healthy:
-            record = self._records[backend]
-            self._add(backend, record, _Event(False, what, False))
-            record.num_failures += 1
-            self._check(backend, record)
+            self._in_run(backend, self._records[backend], _Event(False, what, False))
         self._tick(backend.model)
+
+    def _in_run(self, backend: Backend, record: _Record, event: _Event) -> None:
+        """A failure into the run: a pending 5xx waits there; any other counts in the rates now and
+        may complete the run."""
+        self._add(backend, record, event)
+        if event.pending:
+            record.num_pending += 1
+            return
+        record.num_failures += 1
+        self._check(backend, record)
 
     def settle(self, backend: Backend, event: _Event, counts: bool) -> None:
         """A pending 5xx's request was served elsewhere (counts) or failed everywhere (it does not)."""
