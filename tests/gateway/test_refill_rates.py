@@ -1,0 +1,103 @@
+"""How fast a key's buckets fill again: rpm requests and tpm tokens per minute, i.e. rpm/60 and
+tpm/60 per second, in this process's memory and in Redis's Lua (the rule of gateway/limits.py).
+Retry-After is computed apart from the buckets, so these tests read the buckets themselves, on a
+clock the test sets (memory) or on Redis's own clock read before and after the script (Redis)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from gateway.auth import Principal
+from gateway.errors import ApiError
+from gateway.limits import RateLimiter
+from gateway.redis_scripts import HEAD, TOKENS
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr("gateway.limits.time", clock)
+    return clock
+
+
+def _admitted(limiter: RateLimiter, who: Principal) -> int:
+    """How many requests the key may send now, taking them."""
+    num_admitted = 0
+    while num_admitted < 10_000:
+        try:
+            limiter.take_head(who)
+        except ApiError:
+            return num_admitted
+        num_admitted += 1
+    raise AssertionError("the bucket never ran dry")
+
+
+def test_rpm_refills_one_request_per_60_over_rpm_seconds(clock: Clock) -> None:
+    limiter, who = RateLimiter(), Principal("tenant", rpm=60)
+    assert _admitted(limiter, who) == 60  # a full bucket at first
+    clock.now_s += 0.99
+    assert _admitted(limiter, who) == 0  # just below one request's worth of refill
+    clock.now_s += 0.01
+    assert _admitted(limiter, who) == 1  # at it
+    clock.now_s += 10.0
+    assert _admitted(limiter, who) == 10
+    clock.now_s += 3600.0
+    assert _admitted(limiter, who) == 60  # never above the bucket's size
+
+
+def test_tpm_refills_tpm_over_60_tokens_per_second(clock: Clock) -> None:
+    limiter, who = RateLimiter(), Principal("tenant", tpm=6000)
+    limiter.take_tokens(who, 6000, 100)  # the whole minute's tokens
+    clock.now_s += 0.99  # 99 tokens back: 100 do not fit yet
+    with pytest.raises(ApiError) as refused:
+        limiter.take_tokens(who, 100, 100)
+    assert refused.value.status == 429
+    clock.now_s += 0.01  # 100 tokens back: exactly enough
+    limiter.take_tokens(who, 100, 100)
+    with pytest.raises(ApiError):
+        limiter.take_tokens(who, 1, 1)
+
+
+def _redis_time_s(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return float(seconds) + micros / 1e6
+
+
+def _level_after(
+    client: redis.Redis, script: str, key: str, args: list[int], capacity: int, idle_s: float
+) -> tuple[float, float, float]:
+    """Empty the bucket `idle_s` ago (on Redis's clock), run the script, and return the level it
+    stored with the least and most refill that the script's own clock reading allows."""
+    before_s = _redis_time_s(client)
+    client.hset(key, mapping={"level": "0", "ts": repr(before_s - idle_s)})
+    client.register_script(script)(keys=[key, key + ":slots"], args=args)
+    after_s = _redis_time_s(client)
+    level = float(client.hget(key, "level") or b"nan")
+    return level, idle_s * capacity / 60, (after_s - before_s + idle_s) * capacity / 60
+
+
+def test_redis_refills_rpm_at_rpm_over_60_per_second(redis_server: str) -> None:
+    client = redis.Redis.from_url(redis_server)
+    try:
+        level, least, most = _level_after(client, HEAD, "refill:rpm", [60, 0, 5, 0], capacity=60, idle_s=30.0)
+    finally:
+        client.close()
+    assert least - 1 <= level <= most - 1, (level, least - 1, most - 1)  # 30 s at 1 request/s, less the one taken
+
+
+def test_redis_refills_tpm_at_tpm_over_60_per_second(redis_server: str) -> None:
+    client = redis.Redis.from_url(redis_server)
+    try:
+        level, least, most = _level_after(client, TOKENS, "refill:tpm", [6000, 1000], capacity=6000, idle_s=20.0)
+    finally:
+        client.close()
+    assert least - 1000 <= level <= most - 1000, (level, least - 1000, most - 1000)  # 2,000 back, 1,000 taken
