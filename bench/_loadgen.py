@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             ttft = sorted(res["ttft_s"])
             p50_ms = 1000 * ttft[len(ttft) // 2] if ttft else float("nan")
             print(
-                f"  round {i + 1}: {name:<8} {res['tps']:7.0f} tok/s  TTFT p50 {p50_ms:7.2f} ms  "
+                f"  round {i + 1}: {name:<13} {res['tps']:7.0f} tok/s  TTFT p50 {p50_ms:7.2f} ms  "
                 f"errors={res['num_errors']}  CPU of a core: {shown}",
                 file=sys.stderr,
                 flush=True,

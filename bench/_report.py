@@ -8,7 +8,10 @@ import json
 import statistics
 from typing import Any
 
-RELAY_PROCESS = {k: k for k in ("gateway", "nginx", "workers2", "baseline")} | {"direct": "upstream"}
+RELAY_PROCESS = {k: k for k in ("gateway", "nginx", "vllm-router", "sglang-router", "workers2", "baseline")} | {
+    "direct": "upstream"
+}
+RELAYS = [k for k in RELAY_PROCESS if k != "direct"]
 AT_LIMIT = 0.9  # share of one core (per process) from which a process counts as the bottleneck
 NUM_PROCESSES = {"workers2": 2}
 
@@ -56,17 +59,22 @@ def figures(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
             add(f"{kind}.upstream_cpu_share", r["cpu"]["upstream"])
             add(f"{kind}.num_errors", r["num_errors"])
         g, d, n = kinds.get("gateway"), kinds.get("direct"), kinds.get("nginx")
-        if g and d:
-            add("gateway_vs_direct.tps_ratio", g["tps"] / d["tps"])
-            add("gateway_vs_direct.added_ttft_p50_ms", 1000 * (pct(g["ttft_s"], 0.5) - pct(d["ttft_s"], 0.5)))
+        for relay in RELAYS:
+            if (rr := kinds.get(relay)) and d:
+                add(f"{relay}_vs_direct.tps_ratio", rr["tps"] / d["tps"])
+                add(f"{relay}_vs_direct.added_ttft_p50_ms", 1000 * (pct(rr["ttft_s"], 0.5) - pct(d["ttft_s"], 0.5)))
+                add(f"{relay}_vs_direct.added_ttft_p99_ms", 1000 * (pct(rr["ttft_s"], 0.99) - pct(d["ttft_s"], 0.99)))
         if g and n:
             add("gateway_vs_nginx.tps_ratio", g["tps"] / n["tps"])
             add("gateway_vs_nginx.added_ttft_p50_ms", 1000 * (pct(g["ttft_s"], 0.5) - pct(n["ttft_s"], 0.5)))
             add("gateway_vs_nginx.cpu_per_token_ratio", cpu_us_per_token(g, "gateway") / cpu_us_per_token(n, "nginx"))
-        if n and d:
-            add("nginx_vs_direct.added_ttft_p50_ms", 1000 * (pct(n["ttft_s"], 0.5) - pct(d["ttft_s"], 0.5)))
         if (w := kinds.get("workers2")) and g:
             add("workers2_vs_gateway.tps_ratio", w["tps"] / g["tps"])
+            ratio = cpu_us_per_token(w, "workers2") / cpu_us_per_token(g, "gateway")
+            add("workers2_vs_gateway.cpu_per_token_ratio", ratio)
+            shares = [v for k, v in w["cpu"].items() if k.startswith("workers2.w")]
+            if shares and sum(shares) > 0:
+                add("workers2.busiest_worker_share", max(shares) / sum(shares))
         if (b := kinds.get("baseline")) and g:
             add(
                 "gateway_vs_baseline.cpu_per_token_ratio",
@@ -92,7 +100,7 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
     print(f"{mode}: median [min..max] over {len(f[f'{kinds[0]}.tps'])} rounds; CPU as share of one core")
     for k in kinds:
         print(
-            f"  {k:<8} {spread(f[f'{k}.tps'], ' tok/s', 0)}  TTFT p50 {spread(f[f'{k}.ttft_p50_ms'], ' ms')}  "
+            f"  {k:<13} {spread(f[f'{k}.tps'], ' tok/s', 0)}  TTFT p50 {spread(f[f'{k}.ttft_p50_ms'], ' ms')}  "
             f"p99 {spread(f[f'{k}.ttft_p99_ms'], ' ms')}  {RELAY_PROCESS[k]} CPU {spread(f[f'{k}.relay_cpu_share'])}"
             f" = {spread(f[f'{k}.cpu_us_per_token'], ' us/token', 1)}  load generator CPU "
             f"{spread(f[f'{k}.loadgen_cpu_share'])}  errors {sum(f[f'{k}.num_errors']):.0f}  "
@@ -108,6 +116,24 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
         summary[f"{k}.tps"] = spread(f[f"{k}.tps"], " tok/s", 0)
         if statistics.median(f[f"{k}.loadgen_cpu_share"]) >= AT_LIMIT:
             print(f"  NOTE: the load generator was at its limit in the {k} rounds: their tok/s is a floor")
+    print_table(f, kinds)
     print(f"  load average at the end: {load}")
     print(json.dumps({"mode": mode, **summary}))
     return summary
+
+
+def print_table(f: dict[str, list[float]], kinds: list[str]) -> None:
+    """The relays side by side, vs direct: one row each, medians over the rounds."""
+    rows = [k for k in kinds if k != "direct" and f"{k}_vs_direct.tps_ratio" in f]
+    if not rows:
+        return
+    print("  | relay | TPS ratio | added TTFT p50 | added TTFT p99 | CPU per relayed token |")
+    print("  | --- | --- | --- | --- | --- |")
+    for k in rows:
+        med = {name: statistics.median(v for v in f[f"{k}{name}"] if v == v) for name in (
+            "_vs_direct.tps_ratio", "_vs_direct.added_ttft_p50_ms", "_vs_direct.added_ttft_p99_ms",
+            ".cpu_us_per_token")}  # fmt: skip
+        print(
+            f"  | {k} | {med['_vs_direct.tps_ratio']:.3f} | {med['_vs_direct.added_ttft_p50_ms']:+.2f} ms | "
+            f"{med['_vs_direct.added_ttft_p99_ms']:+.2f} ms | {med['.cpu_us_per_token']:.1f} µs |"
+        )

@@ -1,9 +1,10 @@
 """A lean streaming upstream for the gateway benches: OpenAI-style SSE on a fixed schedule.
 
-    python -m bench._upstream --port N [--ttft-s 0.05] [--interval-s 0.1] [--num-tokens 32]
+    python -m bench._upstream --port N [--ttft-s 0.05] [--interval-s 0.1] [--num-tokens 32] [--tokens-spread 0]
 
 Every POST .../completions is answered at once with a chunked text/event-stream; its first
-token comes ttft_s after the request, then one token every interval_s (absolute schedule, so
+token comes ttft_s after the request (num_tokens ± tokens_spread of them, drawn evenly by a
+seeded generator, so every run sees the same lengths), then one token every interval_s (absolute schedule, so
 no drift), each its own SSE event, its own HTTP chunk and its own write, as vLLM sends them.
 After the last token: a usage event (choices: []) when the request asked for
 stream_options.include_usage, then `data: [DONE]`. With stream_options.continuous_usage_stats
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 from typing import Any
 
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
@@ -107,9 +109,10 @@ class Stream(asyncio.Protocol):
                 self.data_received(b"")
             return
         options = body.replace(b" ", b"")
-        self.tail = self.server.with_usage if b'"include_usage":true' in options else self.server.end
+        events = self.server.events()
+        self.tail = events.with_usage if b'"include_usage":true' in options else events.end
         continuous = b'"continuous_usage_stats":true' in options
-        self.tokens = self.server.continuous_tokens if continuous else self.server.tokens
+        self.tokens = events.continuous_tokens if continuous else events.tokens
         self.transport.write(HEAD)
         self.k = 0
         self.t0 = self.loop.time() + self.server.ttft_s
@@ -128,12 +131,26 @@ class Stream(asyncio.Protocol):
             self.data_received(b"")
 
 
-class Server:
-    def __init__(self, ttft_s: float, interval_s: float, num_tokens: int) -> None:
-        self.ttft_s = ttft_s
-        self.interval_s = interval_s
+class Events:
+    """Every chunk of an answer of num_tokens tokens, precomputed."""
+
+    def __init__(self, num_tokens: int) -> None:
         self.tokens, self.with_usage, self.end = _events(num_tokens)
         self.continuous_tokens = _tokens(num_tokens, continuous=True)
+
+
+class Server:
+    def __init__(self, ttft_s: float, interval_s: float, num_tokens: int, tokens_spread: int = 0) -> None:
+        self.ttft_s = ttft_s
+        self.interval_s = interval_s
+        lengths = range(max(1, num_tokens - tokens_spread), num_tokens + tokens_spread + 1)
+        self.by_length = [Events(n) for n in lengths]
+        self.rng = random.Random(0)
+
+    def events(self) -> Events:
+        """The chunks of the next answer (its length drawn from num_tokens ± tokens_spread)."""
+        by_length = self.by_length
+        return by_length[0] if len(by_length) == 1 else self.rng.choice(by_length)
 
 
 def main() -> None:
@@ -144,8 +161,9 @@ def main() -> None:
     p.add_argument("--ttft-s", type=float, default=0.05)
     p.add_argument("--interval-s", type=float, default=0.1)
     p.add_argument("--num-tokens", type=int, default=32)
+    p.add_argument("--tokens-spread", type=int, default=0, help="each answer has num_tokens ± this many tokens")
     args = p.parse_args()
-    server = Server(args.ttft_s, args.interval_s, args.num_tokens)
+    server = Server(args.ttft_s, args.interval_s, args.num_tokens, args.tokens_spread)
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,42 +39,20 @@ from pathlib import Path
 from typing import Any
 
 from backends.process_group import stop_process
+from bench._peers import NGINX_INSTALL, PEERS, ROUTERS, find_nginx, install_routers, nginx_command
 from bench._report import report
 from zerogap.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "bench-unified-key"
-NGINX_INSTALL = "apt-get install -y nginx-light (or scripts/setup-system)"
 
-MODES = {  # upstream timing, tokens per request, warm-up and measured seconds per round
-    "fixed": {"ttft_s": 0.05, "interval_s": 0.1, "num_tokens": 32, "warmup_s": 4.0, "round_s": 8.0},
-    "saturate": {"ttft_s": 0.0, "interval_s": 0.002, "num_tokens": 64, "warmup_s": 2.0, "round_s": 5.0},
-}
+MODES = {  # upstream timing, tokens per request (± spread), warm-up and measured seconds per round
+    "fixed": {"ttft_s": 0.05, "interval_s": 0.05, "num_tokens": 64, "tokens_spread": 32, "warmup_s": 4.0,
+              "round_s": 8.0},
+    "saturate": {"ttft_s": 0.0, "interval_s": 0.002, "num_tokens": 64, "tokens_spread": 0, "warmup_s": 2.0,
+                 "round_s": 5.0},
+}  # fmt: skip
 MODES["workers"] = MODES["saturate"]
-
-NGINX_CONF = """worker_processes 1;
-daemon off;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-    access_log off;
-    client_body_temp_path {tmp}/body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    upstream up {{ server 127.0.0.1:{up_port}; keepalive 1024; }}
-    server {{
-        listen 127.0.0.1:{port} backlog=4096;
-        location / {{
-            proxy_pass http://up;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_request_buffering off;
-        }}
-    }}
-}}
-"""
 
 
 def gateway_config(tmp: Path, port: int, up_port: int) -> Path:
@@ -111,17 +88,23 @@ class Stack:
     def add(self, name: str, cmd: list[str], port: int, cwd: Path = REPO, env: dict[str, str] | None = None) -> None:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env or self.env, stdout=subprocess.DEVNULL)
         self.procs.append(proc)
-        wait_for_port(port, 30, proc)
+        wait_for_port(port, 60, proc)
         time.sleep(1.0)  # every worker up
         self.watch.append(f"{name}={tree_pids(proc)}")
         if name != "upstream":
             self.targets.append(f"{name}=http://127.0.0.1:{port}")
+        if name == "workers2":  # each worker's CPU too: the share of the work each one does
+            import psutil
+
+            for i, child in enumerate(psutil.Process(proc.pid).children()):
+                self.watch.append(f"{name}.w{i}={child.pid}")
 
     def upstream(self, m: dict[str, float]) -> int:
         port = free_port()
         self.add("upstream", [sys.executable, "-m", "bench._upstream", "--port", str(port), "--ttft-s",
                               str(m["ttft_s"]), "--interval-s", str(m["interval_s"]), "--num-tokens",
-                              str(int(m["num_tokens"]))], port)  # fmt: skip
+                              str(int(m["num_tokens"])), "--tokens-spread", str(int(m["tokens_spread"]))],
+                 port)  # fmt: skip
         self.targets.append(f"direct=http://127.0.0.1:{port}")
         return port
 
@@ -133,41 +116,57 @@ class Stack:
         self.add(name, cmd, port, cwd=src, env={**self.env, "PYTHONPATH": str(src)})
 
     def nginx(self, nginx: str, up_port: int) -> None:
-        port, tmp = free_port(), self.tmp / "nginx"
-        tmp.mkdir()
-        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, up_port=up_port, port=port))
-        self.add("nginx", [nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")], port)
+        port = free_port()
+        self.add("nginx", nginx_command(nginx, self.tmp / "nginx", port, up_port), port)
+
+    def router(self, name: str, up_port: int) -> None:
+        port = free_port()
+        env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
+        self.add(name, ROUTERS[name].command(port, up_port, free_port()), port, cwd=self.tmp, env=env)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
             stop_process(proc)
 
 
-def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], nginx: str | None) -> dict[str, Any]:
-    m = {**MODES[mode], **({"round_s": args.round_s} if args.round_s else {})}
+def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], peers: dict[str, str]) -> dict[str, Any]:
+    m = timing(mode, args)
     with tempfile.TemporaryDirectory(prefix="zerogap-bench-") as tmp_name:
         stack = Stack(Path(tmp_name), env)
         try:
             up_port = stack.upstream(m)
             stack.gateway("gateway", up_port)
-            if mode == "workers":
+            if mode == "workers" or "workers2" in peers:
                 stack.gateway("workers2", up_port, num_workers=2)
             if args.baseline:
                 stack.gateway("baseline", up_port, src=Path(args.baseline).resolve())
-            if nginx and mode != "workers":
-                stack.nginx(nginx, up_port)
+            if "nginx" in peers and mode != "workers":
+                stack.nginx(peers["nginx"], up_port)
+            for name in ROUTERS:
+                if name in peers and mode != "workers":
+                    stack.router(name, up_port)
             rounds = drive(stack, m, args)
         finally:
             stack.stop()
     return {"mode": mode, "timing": m, "rounds": rounds}
 
 
+def timing(mode: str, args: argparse.Namespace) -> dict[str, float]:
+    """The mode's upstream timing and round lengths, with what the command line overrides."""
+    m = dict(MODES[mode])
+    for key in ("round_s", "warmup_s", "interval_s", "num_tokens", "tokens_spread"):
+        if getattr(args, key) is not None:
+            m[key] = getattr(args, key)
+    return m
+
+
 def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[dict[str, Any]]:
     out = stack.tmp / "rounds.json"
     spread_s = m["ttft_s"] + m["num_tokens"] * m["interval_s"]
+    max_tokens = int(m["num_tokens"] + m["tokens_spread"])
     cmd = [sys.executable, "-m", "bench._loadgen", "--rounds", str(args.rounds), "--concurrency",
            str(args.concurrency), "--warmup-s", str(m["warmup_s"]), "--round-s", str(m["round_s"]), "--spread-s",
-           str(spread_s), "--max-tokens", str(int(m["num_tokens"])), "--key", KEY, "--out", str(out)]  # fmt: skip
+           str(spread_s), "--max-tokens", str(max_tokens), "--key", KEY, "--out", str(out)]  # fmt: skip
     for t in stack.targets:
         cmd += ["--target", t]
     for w in stack.watch:
@@ -177,13 +176,27 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
     return rounds
 
 
-def find_nginx(args: argparse.Namespace) -> str | None:
-    if args.no_nginx:
-        return None
-    found = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
-    if found is None:
-        raise SystemExit(f"nginx is not installed: {NGINX_INSTALL}; or pass --no-nginx")
-    return found
+def choose_peers(args: argparse.Namespace) -> dict[str, str]:
+    """The peers of this run, by name: nginx's path, or the name (routers installed on first use)."""
+    names = [n for n in args.peers.split(",") if n and n != "none"] if args.peers is not None else list(PEERS)
+    unknown = set(names) - {*PEERS, "workers2"}
+    if unknown:
+        raise SystemExit(f"--peers: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PEERS)}, workers2")
+    if args.no_nginx and "nginx" in names:
+        names.remove("nginx")
+    peers: dict[str, str] = {}
+    for name in names:
+        if name == "nginx":
+            nginx = find_nginx()
+            if nginx is None:
+                print(f"nginx is not installed ({NGINX_INSTALL}): left out", file=sys.stderr)
+                continue
+            peers[name] = nginx
+        elif name == "workers2":
+            peers[name] = name
+    for name in install_routers([n for n in names if n in ROUTERS]):
+        peers[name] = name
+    return peers
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -200,29 +213,40 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="also drive a gateway run from this source tree (e.g. a "
         "`git worktree` of an older commit), as target 'baseline': before and after, side by side",
     )
+    p.add_argument(
+        "--peers",
+        help=f"comma-separated relays beside the gateway, from {', '.join(PEERS)} and workers2 (a gateway with "
+        "--workers 2, at the same load), or none (default: nginx and the routers, those that are installed; "
+        "the routers are installed into the bench's own environment on first use)",
+    )
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--rounds", type=int, default=5, help="rounds per mode; each drives every target once")
     p.add_argument("--round-s", type=float, help="measured seconds per round (default: the mode's)")
-    p.add_argument("--no-nginx", action="store_true", help="leave nginx out (no side-by-side proxy figure)")
+    p.add_argument("--warmup-s", type=float, help="seconds before each round's window (default: the mode's)")
+    p.add_argument("--interval-s", type=float, help="upstream: seconds between tokens (default: the mode's)")
+    p.add_argument("--num-tokens", type=int, help="upstream: tokens per request, on average (default: the mode's)")
+    p.add_argument("--tokens-spread", type=int, help="upstream: ± this many tokens (default: the mode's)")
+    p.add_argument("--no-nginx", action="store_true", help="leave nginx out (as --peers without nginx)")
     p.add_argument("--json", help="also write every round and the summary to this file")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    nginx = find_nginx(args)
+    peers = choose_peers(args)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TAOTOKEN_API_KEY": KEY}
     results = []
     for mode in ("fixed", "saturate") if args.mode == "both" else (args.mode,):
-        m = {**MODES[mode], **({"round_s": args.round_s} if args.round_s else {})}
+        m = timing(mode, args)
         print(
             f"{mode}: {args.concurrency} streams, upstream TTFT {1000 * m['ttft_s']:.0f} ms, a token every "
-            f"{1000 * m['interval_s']:g} ms per stream, {m['num_tokens']} tokens per request; {args.rounds} rounds "
-            f"of {m['warmup_s']:g}+{m['round_s']:g} s per target; {os.cpu_count()} cores, load average {load()}",
+            f"{1000 * m['interval_s']:g} ms per stream, {m['num_tokens']:g} ± {m['tokens_spread']:g} tokens per "
+            f"request; {args.rounds} rounds of {m['warmup_s']:g}+{m['round_s']:g} s per target; "
+            f"{os.cpu_count()} cores, load average {load()}",
             file=sys.stderr,
             flush=True,
         )
-        result = run_mode(mode, args, env, nginx)
+        result = run_mode(mode, args, env, peers)
         result["summary"] = report(result["rounds"], mode, load())
         results.append(result)
     if args.json:
