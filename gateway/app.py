@@ -17,6 +17,8 @@ from gateway.admin import admin_routes
 from gateway.asgi import ASGIApp, client_host, header
 from gateway.errors import ApiError, error_body
 from gateway.middleware import ErrorShield, FastPath
+from gateway.pool_info import PATH as METRICS_BACKENDS
+from gateway.pool_info import metrics_backends
 from gateway.proxy import Completions
 from gateway.state import Gateway
 from gateway.upstream import UpstreamClient
@@ -93,6 +95,9 @@ async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": data})
 
 
+HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     if status == 404:
@@ -103,7 +108,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
         message = f"Method {request.method} is not allowed on {request.url.path}."
     else:
         message = str(getattr(exc, "detail", "")) or "Request failed."
-    return JSONResponse(error_body(message, "invalid_request_error", None, status), status)
+    code = HTTP_ERROR_CODES.get(status, f"http_{status}")
+    return JSONResponse(error_body(message, "invalid_request_error", None, code), status)
 
 
 def api_prefix(base_url: str) -> str:
@@ -129,6 +135,7 @@ def routes(prefix: str) -> list[BaseRoute]:
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route(METRICS_BACKENDS, metrics_backends, methods=["GET"]),
     ]
 
 

@@ -3,7 +3,10 @@ it relayed (completion tokens from usage, counted in zerogap_tokens_total) and i
 requests/s, once per gateway process:
 
     zerogap.gateway: relayed 3,398 output tok/s, 13.2 req/s (last 10 s)
-"""
+
+An idle gateway logs nothing: one line when an interval finishes no request after one that
+did, then silence until requests finish again (a request's tokens count when it ends, so a
+long stream still in flight is not yet in the figures)."""
 
 from __future__ import annotations
 
@@ -26,18 +29,36 @@ def counter_total(counter: Counter, **match: str) -> float:
     return total
 
 
+class RateLog:
+    """The line for each interval, from the counters' growth since the last tick: the rates, one
+    idle line when requests stop finishing, then None (nothing to log) while they do not."""
+
+    def __init__(self, tokens: Counter, requests: Counter, now_s: float) -> None:
+        self.tokens, self.requests = tokens, requests
+        self.last_tokens, self.last_requests = self._totals()
+        self.last_s = now_s
+        self.idle = True  # a gateway that has served nothing yet has nothing to say
+
+    def _totals(self) -> tuple[float, float]:
+        return counter_total(self.tokens, kind="completion"), counter_total(self.requests)
+
+    def tick(self, now_s: float) -> str | None:
+        num_tokens, num_requests = self._totals()
+        span_s = max(now_s - self.last_s, 1e-9)
+        new_tokens, new_requests = num_tokens - self.last_tokens, num_requests - self.last_requests
+        self.last_tokens, self.last_requests, self.last_s = num_tokens, num_requests, now_s
+        if new_tokens == 0 and new_requests == 0:
+            was_idle, self.idle = self.idle, True
+            return None if was_idle else f"idle: no request finished in the last {span_s:.0f} s"
+        self.idle = False
+        tps, rps = new_tokens / span_s, new_requests / span_s
+        return f"relayed {tps:,.0f} output tok/s, {rps:.1f} req/s (last {span_s:.0f} s)"
+
+
 async def log_rates_forever(tokens: Counter, requests: Counter, interval_s: float) -> None:
-    last_tokens, last_requests = counter_total(tokens, kind="completion"), counter_total(requests)
-    last_at = time.monotonic()
+    rates = RateLog(tokens, requests, time.monotonic())
     while True:
         await asyncio.sleep(interval_s)
-        now = time.monotonic()
-        num_tokens, num_requests = counter_total(tokens, kind="completion"), counter_total(requests)
-        span_s = max(now - last_at, 1e-9)
-        log.info(
-            "relayed %s output tok/s, %.1f req/s (last %.0f s)",
-            f"{(num_tokens - last_tokens) / span_s:,.0f}",
-            (num_requests - last_requests) / span_s,
-            span_s,
-        )
-        last_tokens, last_requests, last_at = num_tokens, num_requests, now
+        line = rates.tick(time.monotonic())
+        if line is not None:
+            log.info("%s", line)
