@@ -41,39 +41,60 @@ def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
     return Pipe(resp, filt, out, IdleWatch(30, resp.close)), filt, out
 
 
+BURST = 20  # tokens the backend writes, unread, while a send waits
+
+
+async def until(condition: Any, what: str) -> None:
+    """Wait for an event the test names (bounded, but not a timing figure)."""
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never happened: {what}")
+
+
+def num_tokens_in(chunk: bytes) -> int:
+    return chunk.count(b'"content"')
+
+
 @pytest.mark.parametrize(
-    ("buffered_s", "waits_at"),
+    ("buffered", "waits_at"),
     [
         # the 5th send waits while the backend goes on sending, unread; then the first of the burst read after it
-        (0.0, (5, 6)),
+        (False, (5, 6)),
         # the bytes that came before the pipe started go first, and that very send waits
-        (0.1, (1,)),
+        (True, (1,)),
     ],
 )
-async def test_a_send_that_waits_holds_the_backend_and_loses_nothing(buffered_s, waits_at) -> None:
+async def test_a_send_that_waits_holds_the_backend_and_loses_nothing(buffered, waits_at) -> None:
     with UpstreamServer(Behavior(num_output_tokens=NUM_TOKENS, interval_s=0.001), model="m") as up:
         client, resp, first = await open_stream(up.url)
-        await asyncio.sleep(buffered_s)
+        seen = up.requests[0]
+        if buffered:  # the backend writes a burst before the pipe starts to read
+            await until(lambda: seen.num_tokens_sent >= BURST, f"the backend wrote {BURST} tokens")
         pipe, filt, out = make_pipe(resp)
         sent = [filt.feed(first)]
         held: list[bool] = []
-        loop = asyncio.get_running_loop()
+        after_wait: list[int] = []  # indexes in `sent` of the sends that follow a wait
 
         async def send(message: Message) -> None:
-            if len(sent) in waits_at:  # the client's socket is full: this send waits 0.2 s
-                gate = asyncio.Event()
-                loop.call_later(0.2, gate.set)
-                await gate.wait()
+            if len(sent) in waits_at:  # the client's socket is full: this send waits until the backend wrote more
+                start = seen.num_tokens_sent
+                target = min(start + BURST, NUM_TOKENS)
+                await until(lambda: seen.num_tokens_sent >= target or seen.finished, "the backend wrote a burst")
                 held.append(resp.conn.paused)  # type: ignore[attr-defined]
+                after_wait.append(len(sent) + 1)
             sent.append(bytes(message["body"]))
 
-        await asyncio.wait_for(pipe.run(send), 10)
+        await asyncio.wait_for(pipe.run(send), 30)
         sent.append(filt.rest())
         resp.release()
         await client.close()
     assert pipe.error is None and held == [True] * len(waits_at)  # reading from the backend paused meanwhile
     assert tokens(b"".join(sent)) == "".join(f" t{k}" for k in range(NUM_TOKENS))  # every token, once, in order
-    assert len(sent) < NUM_TOKENS // 2  # the chunks of one read (the bursts after a wait) went out in one send
+    # the chunks of one read (the burst the backend wrote during each wait) went out in one send
+    burst = [num_tokens_in(sent[i]) for i in after_wait if i < len(sent)]
+    assert len(burst) == len(waits_at) and min(burst) >= BURST // 2, (burst, [num_tokens_in(c) for c in sent[:12]])
     assert out.last_s is not None
 
 
