@@ -1,111 +1,42 @@
 """Why TPS stops growing: one entry per step, read from the step's own figures.
 
-Pure (no I/O): the input is report.json's steps (each with its `backend` signals from
-the timeline), the output is report.json's `diagnosis` list. The first rule that
-holds names the step's limit; `evidence` cites the figures it read, `advice` the
-config.toml / settings.json change to try. Thresholds are module constants.
+Pure (no I/O): the input is report.json's steps (typed Steps, each with its `backend` signals
+from the timeline), the output is report.json's `diagnosis` list. The first rule that holds
+names the step's limit (one of loadtest._schema.LIMITS); `evidence` cites the figures it read,
+`advice` the config.toml / settings.json change to try. Thresholds are module constants.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from loadtest._collect import p50
+from loadtest._diagnosis_reading import Reading, as_step, at_engines, p50, pct
+from loadtest._schema import LIMITS, Diagnosis, Limit, Step
 
-LIMITS = (
-    "none",
-    "batch_cap",
-    "kv_cache",
-    "token_interval",
-    "compute",
-    "prefill",
-    "load_generator",
-    "gateway",
-    "errors",
-)
+__all__ = ["LIMITS", "diagnose", "diagnose_steps", "headline"]
+
 TPS_GROWTH = 0.10  # TPS still grows: the next step has 10% more (the knee's threshold)
 ERROR_SHARE = 0.02  # 2% of requests failed
-WAITING_MIN = 1.0  # requests queued at the engines, mean over the window, at least ...
-WAITING_SHARE = 0.10  # ... and 10% of the users (a few arrivals between two steps are no queue)
 CAP_FULL = 0.90  # running >= 90% of the cap
 KV_FULL = 0.90  # KV-cache usage >= 90%
 GPU_BUSY_PCT = 85.0  # GPU busy at or above: compute-bound
 BATCH_FULL = 0.90  # running >= 90% of the users: the engines hold the whole load
 IN_TRANSIT = 0.70  # running + waiting < 70% of the users: held before the engines ...
-IN_TRANSIT_GROWTH = 0.20  # ... and that share fell by 20 points from the step before
+IN_TRANSIT_GROWTH = 0.20  # ... and that share fell by 20 points from the step before ...
+FEW_AT_ENGINES = 0.40  # ... or under 40% at the engines (no fixed HTTP/tokenizer share is that large)
 TTFT_GROWTH = 2.0  # prefill: TTFT p50 doubles from the step before ...
 TPOT_HOLDS = 1.25  # ... while TPOT p50 grows less than 25%
-FEW_SAMPLES = 3  # fewer scrapes of the engines in a window than this: the evidence says so
 
-Entry = dict[str, Any]
-Rule = Callable[["Step"], tuple[str, str] | None]
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+Found = tuple[str, str] | None  # (evidence, advice)
+Rule = Callable[[Reading], Found]
 
 
-def _pct(ratio: float | None) -> str:
-    return "n/a" if ratio is None else f"{ratio * 100:.0f}%"
-
-
-class Step:
-    """One step's figures, with the step before and after it (None at the ends)."""
-
-    def __init__(self, step: dict[str, Any], before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
-        self.raw, self.before, self.after = step, before, after
-        backend = step.get("backend") or {}
-        self.running = _num(backend.get("running_mean"))
-        self.running_max = _num(backend.get("running_max"))
-        self.waiting = _num(backend.get("waiting_mean"))
-        self.kv = _num(backend.get("kv_cache_usage_max")) or _num(backend.get("kv_cache_usage_mean"))
-        self.preemptions = _num(backend.get("preemptions")) or 0.0
-        self.cap = _num(backend.get("max_num_seqs"))
-        self.num_samples = _num(backend.get("num_samples"))
-        self.cpu_interval_ms = _num(step.get("cpu_interval_ms"))
-        gpu = step.get("gpu_util")
-        self.gpu_pct = _num(gpu.get("mean")) if isinstance(gpu, dict) else None
-        self.interval_ms = _num(step.get("token_interval_ms"))
-        self.users = _num(step.get("users")) or _num(step.get("concurrency"))
-
-    def figures(self) -> str:
-        """The server-side evidence, as far as it is known."""
-        parts = []
-        if self.running is not None:
-            cap = f" of a cap of {self.cap:g}" if self.cap else ""
-            parts.append(f"running {self.running:.1f}{cap}")
-        if self.waiting is not None:
-            parts.append(f"waiting {self.waiting:.1f}")
-        if self.kv is not None:
-            parts.append(f"KV cache {_pct(self.kv)}")
-        if self.preemptions:
-            parts.append(f"{self.preemptions:g} preemptions")
-        if self.gpu_pct is not None:
-            parts.append(f"GPU busy {self.gpu_pct:.0f}%")
-        if self.interval_ms is not None:
-            parts.append(f"token interval (GPU idle per step) {self.interval_ms:.1f} ms")
-        if self.cpu_interval_ms is not None:
-            parts.append(f"CPU per step {self.cpu_interval_ms:.1f} ms")
-        if not parts:
-            return "no server signals (set metrics.backend_metrics_urls)"
-        if self.num_samples is not None and self.num_samples < FEW_SAMPLES:
-            parts.append(f"engines read by {self.num_samples:g} scrape(s) only: lengthen the step's measured "
-                         "window or lower metrics.sample_interval_ms")  # fmt: skip
-        return ", ".join(parts)
-
-    def queued(self) -> bool:
-        if self.waiting is None:
-            return False
-        base = self.users or (self.waiting + (self.running or 0.0))
-        return self.waiting >= max(WAITING_MIN, WAITING_SHARE * base)
-
-
-def _errors(s: Step) -> tuple[str, str] | None:
-    ok, failed = s.raw.get("requests_ok", 0), s.raw.get("requests_failed", 0)
+def _errors(s: Reading) -> Found:
+    ok, failed = s.step.requests_ok, s.step.requests_failed
     if not failed or failed < ERROR_SHARE * (ok + failed):
         return None
-    kinds = ", ".join(f"{k} {v}" for k, v in (s.raw.get("errors") or {}).items()) or "see report.json errors"
+    kinds = ", ".join(f"{k} {v}" for k, v in s.step.errors.items()) or "see report.json errors"
     return (
         f"{failed} of {ok + failed} requests failed ({kinds})",
         "read the errors: 429 -> raise the key's rpm/tpm; timeouts -> api.timeout_seconds in settings.json "
@@ -113,27 +44,28 @@ def _errors(s: Step) -> tuple[str, str] | None:
     )
 
 
-def _load_generator(s: Step) -> tuple[str, str] | None:
-    if s.raw.get("valid", True):
+def _load_generator(s: Reading) -> Found:
+    if s.step.valid:
         return None
     return (
-        f"the load generator saturated: {s.raw.get('invalid_reason')}",
+        f"the load generator saturated: {s.step.invalid_reason}",
         "more load-generator processes (locust -f loadtest/ --headless --processes N, or --master/--worker "
         "on more machines); raise the open-files limit (ulimit -n 65536)",
     )
 
 
-def _still_growing(s: Step) -> tuple[str, str] | None:
-    if s.after is None or not s.raw.get("output_tps") or s.after.get("output_tps") is None:
+def _still_growing(s: Reading) -> Found:
+    here, after = s.step.output_tps, None if s.after is None else s.after.output_tps
+    if s.after is None or not here or after is None:
         return None
-    growth = s.after["output_tps"] / s.raw["output_tps"] - 1.0
+    growth = after / here - 1.0
     if growth < TPS_GROWTH:
         return None
-    nxt = s.after.get("concurrency", s.after.get("request_rate"))
+    nxt = s.after.concurrency if s.after.concurrency is not None else s.after.request_rate
     return (f"output TPS grows {growth * 100:.0f}% from here to {nxt:g}; {s.figures()}", "none: more load pays")
 
 
-def _kv_cache(s: Step) -> tuple[str, str] | None:
+def _kv_cache(s: Reading) -> Found:
     below_cap = s.cap is not None and s.running is not None and s.running < CAP_FULL * s.cap
     full = s.kv is not None and s.kv >= KV_FULL
     held = full or (s.kv is None and below_cap)  # a KV usage that is known and low holds nothing back
@@ -146,7 +78,7 @@ def _kv_cache(s: Step) -> tuple[str, str] | None:
     )
 
 
-def _batch_cap(s: Step) -> tuple[str, str] | None:
+def _batch_cap(s: Reading) -> Found:
     if not s.queued() or s.running is None:
         return None
     if s.cap is not None:
@@ -157,7 +89,7 @@ def _batch_cap(s: Step) -> tuple[str, str] | None:
         at_cap, cap, how = s.running >= CAP_FULL * peak, round(peak), "inferred: running is flat while requests wait"
     if not at_cap:
         return None
-    kv = f"; KV cache at {_pct(s.kv)} leaves room" if s.kv is not None else ""
+    kv = f"; KV cache at {pct(s.kv)} leaves room" if s.kv is not None else ""
     per_replica = f"{cap:g}" if s.cap is None else "the current value"
     return (
         f"the batch is full at its cap ({how}): {s.figures()}{kv}",
@@ -165,29 +97,66 @@ def _batch_cap(s: Step) -> tuple[str, str] | None:
     )
 
 
-def _at_engines(step: dict[str, Any]) -> float | None:
-    """The share of the users' requests that the engines hold (running + waiting)."""
-    backend = step.get("backend") or {}
-    running, users = _num(backend.get("running_mean")), _num(step.get("users")) or _num(step.get("concurrency"))
-    if running is None or not users or "concurrency" not in step:
+def _held_in_front(s: Reading) -> tuple[float, str] | None:
+    """The share of the users' requests at the engines, and how it compares with the step before,
+    when the rest are held in front of an engine that is not busy (no queue, the batch not full,
+    the GPU not busy). A fixed share in transit is the HTTP and tokenizer time of short requests,
+    not a limit: the share must have fallen by 20 points from the step before, or be under 40%."""
+    share = at_engines(s.step)
+    before = at_engines(s.before) if s.before is not None else None
+    if share is None or share >= IN_TRANSIT:
         return None
-    return (running + (_num(backend.get("waiting_mean")) or 0.0)) / users
+    if share >= FEW_AT_ENGINES and (before is None or share > before - IN_TRANSIT_GROWTH):
+        return None
+    batch = min(s.users or 0.0, s.cap or s.users or 0.0)
+    busy = s.queued() or (s.running is not None and s.running >= BATCH_FULL * batch)
+    if busy or (s.gpu_pct is not None and s.gpu_pct >= GPU_BUSY_PCT):
+        return None
+    return share, "" if before is None else f" ({before * 100:.0f}% at the step before)"
 
 
-def _gateway(s: Step) -> tuple[str, str] | None:
-    """Requests held between the load generator and the engines, more so than at the step before
-    (a fixed share in transit is the HTTP and tokenizer time of short requests, not a limit)."""
-    share, before = _at_engines(s.raw), _at_engines(s.before) if s.before else None
-    if share is None or before is None or share >= IN_TRANSIT or share > before - IN_TRANSIT_GROWTH:
+def _in_gateway(s: Reading) -> bool:
+    """The gateway's own in-flight gauge: the requests it has passed to the engines. The users'
+    requests it has not passed on are held in the gateway; those it passed on and the engines'
+    step loop does not hold are held in the engines' API servers. The larger part names the limit."""
+    if s.gateway_inflight is None or s.users is None:
+        return False
+    at_engine = (s.running or 0.0) + (s.waiting or 0.0)
+    return s.users - s.gateway_inflight > s.gateway_inflight - at_engine
+
+
+def _gateway(s: Reading) -> Found:
+    held = _held_in_front(s)
+    if held is None or not _in_gateway(s):
         return None
+    share, before = held
     return (
-        f"only {share * 100:.0f}% of the users' requests are at the engines ({before * 100:.0f}% at the step "
-        f"before): the rest are held between the load generator and the engines; {s.figures()}",
+        f"only {share * 100:.0f}% of the users' requests are at the engines{before}, and the gateway has passed "
+        f"on only {s.gateway_inflight:.1f} of {s.users:g}: the rest are held in zerogap's gateway; {s.figures()}",
         "the gateway: more processes (zerogap gateway --workers N), check its CPU and [gateway] limits",
     )
 
 
-def _prefill(s: Step) -> tuple[str, str] | None:
+def _frontend(s: Reading) -> Found:
+    held = _held_in_front(s)
+    if held is None or _in_gateway(s):
+        return None
+    share, before = held
+    gauge = (
+        " (no gateway in-flight figure: a zerogap gateway in front is told apart by its /metrics)"
+        if s.gateway_inflight is None
+        else f" (the gateway passed on {s.gateway_inflight:.1f})"
+    )
+    return (
+        f"only {share * 100:.0f}% of the users' requests are at the engines{before} while the engines are not "
+        f"busy: the rest are held between the load generator and the engines' step loop, in the engines' own "
+        f"API servers{gauge}; {s.figures()}",
+        "more API server processes per engine ([token_interval] api_server_count = 2 or more; vLLM's "
+        "--api-server-count), [token_interval] detokenizer_async = true, more [engine] replicas",
+    )
+
+
+def _prefill(s: Reading) -> Found:
     advice = "[scheduler] max_num_batched_tokens higher (more prefill per step); TPOT jitter: enable_chunked_prefill"
     if s.queued():
         room = s.cap is not None and s.running is not None and s.running < CAP_FULL * s.cap
@@ -197,8 +166,8 @@ def _prefill(s: Step) -> tuple[str, str] | None:
         return None
     if s.before is None:
         return None
-    ttft, ttft_before = _num(p50(s.raw, "ttft_ms")), _num(p50(s.before, "ttft_ms"))  # None: not collected
-    tpot, tpot_before = _num(p50(s.raw, "tpot_ms")), _num(p50(s.before, "tpot_ms"))
+    ttft, ttft_before = p50(s.step.ttft_ms), p50(s.before.ttft_ms)  # None: not collected
+    tpot, tpot_before = p50(s.step.tpot_ms), p50(s.before.tpot_ms)
     if ttft is None or tpot is None or not ttft_before or not tpot_before:
         return None
     if ttft < TTFT_GROWTH * ttft_before or tpot >= TPOT_HOLDS * tpot_before:
@@ -210,13 +179,13 @@ def _prefill(s: Step) -> tuple[str, str] | None:
     )
 
 
-def _compute(s: Step) -> tuple[str, str] | None:
+def _compute(s: Reading) -> Found:
     if s.gpu_pct is None or s.gpu_pct < GPU_BUSY_PCT:
         return None
     return (f"the GPU is busy: {s.figures()}", "compute: this pool's ceiling; add replicas ([engine] replicas) or GPUs")
 
 
-def _token_interval(s: Step) -> tuple[str, str] | None:
+def _token_interval(s: Reading) -> Found:
     if s.gpu_pct is None:
         return None
     if s.running is not None and s.users is not None:
@@ -229,38 +198,40 @@ def _token_interval(s: Step) -> tuple[str, str] | None:
     )
 
 
-RULES: tuple[tuple[str, Rule], ...] = (
+RULES: tuple[tuple[Limit, Rule], ...] = (
     ("errors", _errors),
     ("load_generator", _load_generator),
     ("none", _still_growing),
     ("kv_cache", _kv_cache),
     ("batch_cap", _batch_cap),
     ("gateway", _gateway),
+    ("frontend", _frontend),
     ("prefill", _prefill),
     ("compute", _compute),
     ("token_interval", _token_interval),
 )
 
 
-def diagnose_step(step: dict[str, Any], before: dict[str, Any] | None, after: dict[str, Any] | None) -> Entry:
-    s = Step(step, before, after)
-    entry: Entry = {"step": step.get("index"), "concurrency": step.get("concurrency", step.get("users"))}
-    if "request_rate" in step:
-        entry["request_rate"] = step["request_rate"]
+def diagnose_step(step: Step, before: Step | None, after: Step | None) -> Diagnosis:
+    s = Reading(step, before, after)
+    concurrency = step.concurrency if step.concurrency is not None else float(step.users)
+    entry: dict[str, Any] = {"step": step.index, "concurrency": concurrency}
+    if step.request_rate is not None:
+        entry["request_rate"] = step.request_rate
     for name, rule in RULES:
         found = rule(s)
         if found is not None:
             evidence, advice = found
-            return {**entry, "limit": name, "evidence": evidence, "advice": advice}
-    return {
+            return Diagnosis(**entry, limit=name, evidence=evidence, advice=advice)
+    return Diagnosis(
         **entry,
-        "limit": "none",
-        "evidence": f"no saturated resource: {s.figures()}",
-        "advice": "none: raise the load (add a higher step) to find the limit",
-    }
+        limit="none",
+        evidence=f"no saturated resource: {s.figures()}",
+        advice="none: raise the load (add a higher step) to find the limit",
+    )
 
 
-def diagnose(steps: list[dict[str, Any]]) -> list[Entry]:
+def diagnose_steps(steps: Sequence[Step]) -> list[Diagnosis]:
     """One entry per step, in the steps' order."""
     return [
         diagnose_step(step, steps[i - 1] if i else None, steps[i + 1] if i + 1 < len(steps) else None)
@@ -268,13 +239,18 @@ def diagnose(steps: list[dict[str, Any]]) -> list[Entry]:
     ]
 
 
-def headline(diagnosis: list[Entry]) -> str:
+def diagnose(steps: Sequence[Step | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """report.json's `diagnosis` from its `steps` (typed, or as read from the file): one entry per step."""
+    return [entry.model_dump(exclude_unset=True) for entry in diagnose_steps([as_step(step) for step in steps])]
+
+
+def headline(diagnosis: Sequence[Diagnosis | Mapping[str, Any]]) -> str:
     """One sentence: the limit at the top step."""
     if not diagnosis:
         return "No step was measured, so there is no diagnosis."
-    top = diagnosis[-1]
-    load = top.get("request_rate")
-    where = f"{load:g} req/s" if load is not None else f"{top['concurrency']:g} users"
-    if top["limit"] == "none":
-        return f"At the top step ({where}) nothing limits TPS yet: {top['evidence']}."
-    return f"At the top step ({where}) TPS is limited by {top['limit']}: {top['evidence']}. Try: {top['advice']}."
+    last = diagnosis[-1]
+    top = last if isinstance(last, Diagnosis) else Diagnosis.model_validate(last)
+    where = f"{top.request_rate:g} req/s" if top.request_rate is not None else f"{top.concurrency:g} users"
+    if top.limit == "none":
+        return f"At the top step ({where}) nothing limits TPS yet: {top.evidence}."
+    return f"At the top step ({where}) TPS is limited by {top.limit}: {top.evidence}. Try: {top.advice}."

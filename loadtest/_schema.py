@@ -7,13 +7,23 @@ field there is."""
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Limit = Literal[
-    "none", "batch_cap", "kv_cache", "token_interval", "compute", "prefill", "load_generator", "gateway", "errors"
+    "none",
+    "batch_cap",
+    "kv_cache",
+    "token_interval",
+    "compute",
+    "prefill",
+    "load_generator",
+    "gateway",
+    "frontend",
+    "errors",
 ]
+LIMITS: tuple[Limit, ...] = get_args(Limit)  # the diagnosis's limit names, in one place
 
 
 class _Model(BaseModel):
@@ -47,6 +57,9 @@ class Backend(_Model):
     preemptions: float | None
     max_num_seqs: float | None
     num_samples: int | None = None  # the scrapes that read the engines in the window
+    gateway_inflight_mean: float | None = Field(
+        None, description="requests zerogap's gateway had in flight at the engines (zerogap_backend_inflight)"
+    )
 
 
 class Step(_Model):
