@@ -154,7 +154,15 @@ class MetricsSection(_Section):
     collect_gpu_util: bool = Field(True, description="false: GPU utilization is neither scraped nor shown")
     sample_interval_ms: int = Field(1000, ge=50, le=60_000)
     gpu_util: GpuUtilSection = Field(default_factory=GpuUtilSection)
-    backend_metrics_urls: list[str] = Field(default_factory=list, description="each backend's /metrics URL")
+    backend_metrics_urls: list[str] | None = Field(
+        None,
+        description="each backend's /metrics URL; absent: the zerogap gateway at api.base_url lists them"
+        " (GET /metrics/backends); [] = none",
+    )
+    gateway_metrics_key_env: str = Field(
+        "ZEROGAP_METRICS_KEY",
+        description="env var holding the gateway's [server].metrics_key, sent to GET /metrics/backends; unset: no key",
+    )
     scrape_timeout_seconds: float = Field(2.0, gt=0)
     exporter_port: int = Field(9646, ge=0, le=65535, description="the load generator's own /metrics; 0 = off")
     exporter_host: str = "127.0.0.1"
@@ -163,8 +171,8 @@ class MetricsSection(_Section):
 
     @field_validator("backend_metrics_urls")
     @classmethod
-    def _urls(cls, value: list[str]) -> list[str]:
-        return [_check_url(url) for url in value]
+    def _urls(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [_check_url(url) for url in value]
 
 
 class SloSection(_Section):

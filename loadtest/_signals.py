@@ -106,8 +106,13 @@ class GpuUtil:
         self.collect = metrics.collect_gpu_util
         self.timeout_s = metrics.scrape_timeout_seconds
         self.has_backends = bool(metrics.backend_metrics_urls)
+        self.no_backends = "metrics.backend_metrics_urls is empty"
         self._nvml: list[Any] | None = None
         self._nvml_error = ""
+
+    def use_backends(self, urls: list[str], why_none: str) -> None:
+        """The backends found at the run's start (settings.json's or the gateway's), and why there are none."""
+        self.has_backends, self.no_backends = bool(urls), why_none
 
     def metric_names(self) -> set[str]:
         wanted = self.collect and self.settings.source == "backend_metrics"
@@ -127,7 +132,7 @@ class GpuUtil:
 
     def _from_backends(self, scrape: BackendScrape) -> tuple[float | None, str]:
         if not self.has_backends:
-            return None, "metrics.backend_metrics_urls is empty"
+            return None, self.no_backends
         value = scrape.mean(self.settings.backend_metric)
         if value is None:
             why = "; ".join(scrape.errors) or "no backend exports it"

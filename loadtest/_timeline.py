@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import bisect
 import csv
+import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from loadtest._histogram import Histogram
+from loadtest._metrics_discovery import metrics_urls
 from loadtest._plan import Plan
 from loadtest._record import Recorder
 from loadtest._settings import MetricsSection
@@ -28,6 +30,8 @@ from loadtest._signals import (
     scheduler_cap,
     scrape_backends,
 )
+
+log = logging.getLogger("zerogap.loadtest")
 
 
 @dataclass
@@ -48,10 +52,14 @@ class Sample:
 
 
 class Sampler:
-    """Takes one Sample per call; the caller runs it every sample_interval_ms."""
+    """Takes one Sample per call; the caller runs it every sample_interval_ms. The backends scraped are
+    settings.json's metrics.backend_metrics_urls or, where it is absent, those the zerogap gateway at
+    gateway_url (the run's base URL) lists, asked once at the first sample."""
 
-    def __init__(self, metrics: MetricsSection) -> None:
+    def __init__(self, metrics: MetricsSection, gateway_url: str | None = None) -> None:
         self.metrics = metrics
+        self.gateway_url = gateway_url
+        self.urls: list[str] | None = None  # found at the first sample
         self.gpu = GpuUtil(metrics)
         self.names = {
             RUNNING,
@@ -68,14 +76,25 @@ class Sampler:
         self.cap: int | None = None
         self.cap_tries = 3  # asked until known, a few times at most
 
-    def _cap(self) -> int | None:
-        if self.cap is None and self.cap_tries > 0 and self.metrics.backend_metrics_urls:
+    def backend_urls(self) -> list[str]:
+        """The backends' /metrics URLs, found once (and said in the log when the gateway was asked)."""
+        if self.urls is None:
+            found = metrics_urls(self.metrics, self.gateway_url)
+            if found.asked:
+                (log.info if found.urls else log.warning)("zerogap: %s", found.note)
+            self.urls = found.urls
+            self.gpu.use_backends(found.urls, found.note)
+        return self.urls
+
+    def _cap(self, urls: list[str]) -> int | None:
+        if self.cap is None and self.cap_tries > 0 and urls:
             self.cap_tries -= 1
-            self.cap = scheduler_cap(self.metrics.backend_metrics_urls, self.metrics.scrape_timeout_seconds)
+            self.cap = scheduler_cap(urls, self.metrics.scrape_timeout_seconds)
         return self.cap
 
     def sample(self, users: int) -> Sample:
-        scrape = scrape_backends(self.metrics.backend_metrics_urls, self.names, self.metrics.scrape_timeout_seconds)
+        urls = self.backend_urls()
+        scrape = scrape_backends(urls, self.names, self.metrics.scrape_timeout_seconds)
         wall = time.time()  # when the answers came: what they say is that recent (a busy server answers late)
         gpu, reason = self.gpu.sample(scrape)
         interval, cpu_interval = scrape.mean(TOKEN_INTERVAL), scrape.mean(CPU_INTERVAL)
@@ -90,7 +109,7 @@ class Sampler:
             token_interval_ms=None if interval is None else interval * 1000.0,
             preemptions_total=scrape.total(PREEMPTIONS),
             cpu_interval_ms=None if cpu_interval is None else cpu_interval * 1000.0,
-            max_num_seqs=self._cap(),
+            max_num_seqs=self._cap(urls),
             prefix_cache_hits=scrape.total(PREFIX_HITS),
             prefix_cache_queries=scrape.total(PREFIX_QUERIES),
         )
