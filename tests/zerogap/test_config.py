@@ -102,3 +102,89 @@ def test_field_path() -> None:
     assert field_path(("server", "port")) == "[server].port"
     assert field_path(("backends", 1, "url")) == "[[backends]][1].url"
     assert field_path(()) == "(top level)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '[scheduler]\nmax_num_seqs = "256"',
+            '[scheduler].max_num_seqs: Input should be a valid integer, not the string "256". '
+            "Write max_num_seqs = 256 (no quotes).",
+        ),
+        (
+            '[token_interval]\nasync_scheduling = "yes"',
+            '[token_interval].async_scheduling: Input should be a valid boolean, not the string "yes". '
+            "Write async_scheduling = true (no quotes).",
+        ),
+        (
+            '[engine]\ngpu_memory_utilization = "0.5"',
+            '[engine].gpu_memory_utilization: Input should be a valid number, not the string "0.5". '
+            "Write gpu_memory_utilization = 0.5 (no quotes).",
+        ),
+        (
+            '[gateway.cache_aware]\nbalance_rel = "2"',
+            '[gateway].cache_aware.balance_rel: Input should be a valid number, not the string "2". '
+            "Write balance_rel = 2 (no quotes).",
+        ),
+        (
+            '[[backends]]\nname = "a"\nurl = "http://x:1"\nmodel = "m"\nweight = "2"',
+            '[[backends]][0].weight: Input should be a valid integer, not the string "2". Write weight = 2',
+        ),
+        ('[sim]\ntime_scale = "4"', '[sim].time_scale: Input should be a valid number, not the string "4"'),
+        ('[logging]\nlog_tps = "maybe"', 'not the string "maybe". Write true or false without quotes.'),
+        ("[scheduler]\nmax_num_seqs = 256.0", "Write max_num_seqs = 256, without the decimal point."),
+        ("[server]\nport = true", "[server].port: Input should be a valid integer, not true. Write a number."),
+    ],
+)
+def test_quoted_numbers_and_booleans_are_refused_with_what_to_write(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, source="my.toml", env={})
+    assert str(info.value).startswith("my.toml: 1 problem(s):")
+    assert expected in str(info.value)
+
+
+def test_an_integer_is_a_number_and_unquoted_values_load() -> None:
+    config = parse_config(
+        "[sim]\ntime_scale = 4\n[engine]\ngpu_memory_utilization = 1\n[token_interval]\nasync_scheduling = false",
+        env={},
+    )
+    assert config.sim.time_scale == 4.0 and isinstance(config.sim.time_scale, float)
+    assert config.engine.gpu_memory_utilization == 1.0 and config.token_interval.async_scheduling is False
+
+
+def test_numbers_and_booleans_from_environment_variables_read_as_their_type() -> None:
+    text = (
+        '[server]\nport = "${PORT}"\napi_key = "${KEY}"\n[engine]\nenv = { SPACE = "${SPACE}" }\n'
+        '[scheduler]\nmax_num_seqs = "${SEQS:-64}"\n[token_interval]\nasync_scheduling = "${ASYNC}"\n'
+        '[sim]\ntime_scale = "${SCALE}"'
+    )
+    env = {"PORT": "9001", "KEY": "1234567890123456", "SPACE": "4", "ASYNC": "false", "SCALE": "2.5"}
+    config = parse_config(text, env=env)
+    assert config.server.port == 9001 and config.scheduler.max_num_seqs == 64
+    assert config.server.api_key == "1234567890123456" and type(config.server.api_key) is str
+    assert config.engine.env == {"SPACE": "4"} and config.token_interval.async_scheduling is False
+    assert config.sim.time_scale == 2.5
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={**env, "PORT": "eighty"})
+    assert '[server].port: Input should be a valid integer, but its environment variable gave "eighty"' in str(
+        info.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[scheduler]\nmax_num_seq = 3", "[scheduler].max_num_seq: unknown key; did you mean `max_num_seqs`?"),
+        ("[schedulr]\nmax_num_seqs = 3", "[schedulr]: unknown key; did you mean `scheduler`?"),
+        ("[gateway.cache_aware]\nblock_char = 64", "cache_aware.block_char: unknown key; did you mean `block_chars`?"),
+        ('[[backends]]\nname = "a"\nurl = "http://x:1"\nmodel = "m"\nweigth = 2', "[0].weigth: unknown key"),
+        ('[[backends]]\nname = "a"\nurl = "http://x:1"\nmodel = "m"\nweigth = 2', "did you mean `weight`?"),
+        ("[token_interval]\nasync_schedulng = true", "did you mean `async_scheduling`? Rename it."),
+        ("[server]\nzzz = 1", "[server].zzz: unknown key. Remove it or check its spelling."),
+    ],
+)
+def test_unknown_key_suggests_the_closest_known_one(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, source="my.toml", env={})
+    assert expected in str(info.value)

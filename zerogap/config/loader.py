@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from zerogap.config.base import FromEnv
 from zerogap.config.explain import describe_validation_error, read_text, validate
 from zerogap.config.model import Config
 
@@ -41,7 +42,8 @@ def expand_env(
     strict: bool = True,
 ) -> Any:
     """Replace ${VAR} and ${VAR:-default} in every string. A missing VAR is an error,
-    or (strict=False, for commands that do not use the value) an empty string."""
+    or (strict=False, for commands that do not use the value) an empty string. A string
+    with a substitution comes back as FromEnv: its field reads it as its own type."""
     if isinstance(value, dict):
         return {k: expand_env(v, env, source, (*loc, k), strict) for k, v in value.items()}
     if isinstance(value, list):
@@ -62,7 +64,8 @@ def expand_env(
             f"Export it (export {name}=...) or write the value in the file."
         )
 
-    return _VAR.sub(substitute, value)
+    expanded, num_substituted = _VAR.subn(substitute, value)
+    return FromEnv(expanded) if num_substituted else value
 
 
 def parse_config(
