@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from loadtest import diagnose, headline
 from loadtest._diagnosis import diagnose_step, diagnose_steps
 from tests.loadtest.diagnosis_steps import limit, step
@@ -76,3 +79,14 @@ def test_diagnose_every_step_and_the_headline() -> None:
     sentence = headline(entries)
     assert sentence.startswith("At the top step (256 users) TPS is limited by token_interval")
     assert "async_scheduling" in sentence
+
+
+def test_a_step_read_from_an_older_report_or_a_virtual_run_is_typed_with_what_it_has() -> None:
+    """Figures the step lacks are "not measured"; the ones it has are checked as the schema says."""
+    partial = {"index": 2, "concurrency": 64, "users": 64, "output_tps": 900.0, "ttft_ms": {"p50": 40.0}}
+    partial["backend"] = {"running_mean": 16.0, "running_max": 16.0, "waiting_mean": 48.0, "max_num_seqs": 16}
+    (entry,) = diagnose([partial])
+    assert entry["limit"] == "batch_cap" and entry["step"] == 2, entry
+    assert "running 16.0 of a cap of 16, waiting 48.0" in entry["evidence"]
+    with pytest.raises(ValidationError, match=r"backend\.running_mean"):
+        diagnose([{**partial, "backend": {"running_mean": "sixteen"}}])
