@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 DPI = 110
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, imported on first use: reading a report costs no plotting library."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def load_of(step: dict[str, Any]) -> float:
@@ -30,6 +35,7 @@ def _number(value: float | None) -> float:
 
 
 def plot_vs_load(report: dict[str, Any], path: Path) -> Path:
+    plt = pyplot()
     steps = report["steps"]
     loads = [load_of(s) for s in steps]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), dpi=DPI)
@@ -84,6 +90,7 @@ def _draw_steps(ax: Any, report: dict[str, Any]) -> None:
 
 
 def plot_timeline(report: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
+    plt = pyplot()
     times = _column(rows, "time_s")
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 8), dpi=DPI, sharex=True)
     top.plot(times, _column(rows, "output_tps"), color="tab:blue", label="output tok/s")

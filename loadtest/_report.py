@@ -9,7 +9,7 @@ import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -18,9 +18,12 @@ from loadtest._console import load_text
 from loadtest._diagnosis import diagnose, headline
 from loadtest._plan import Plan
 from loadtest._record import INTERRUPTED, Recorder
+from loadtest._run_header import run_header
 from loadtest._schema import RunReport
 from loadtest._settings import OutputSection, Settings
-from loadtest._timeline import Sample, build_rows, read_csv, write_csv
+
+if TYPE_CHECKING:
+    from loadtest._timeline import Sample
 
 REPORT_VERSION = 1
 log = logging.getLogger("zerogap.loadtest")
@@ -56,6 +59,8 @@ def write_run(
     recorder: Recorder,
     samples: list[Sample],
 ) -> Path:
+    from loadtest._timeline import build_rows, write_csv  # the run's side: the readers below do not pay for it
+
     report = {
         "zerogap_report": REPORT_VERSION,
         "run": {
@@ -114,7 +119,11 @@ def read_report(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         raise ReportError(f"{report_path}: not valid JSON ({exc}).") from None
     if not isinstance(report, dict) or not isinstance(report.get("steps"), list):
         raise ReportError(f"{report_path}: not a zerogap report (no steps list).")
-    rows = read_csv(timeline_path) if timeline_path.is_file() else []
+    if not timeline_path.is_file():
+        return report, []
+    from loadtest._timeline import read_csv
+
+    rows = read_csv(timeline_path)
     return report, rows
 
 
@@ -176,21 +185,27 @@ STEP_COLUMNS = (
 )
 
 
+def _breakable(escaped: str) -> str:
+    """Escaped text that may wrap after each "/" (p50/p90/p99 figures), so the wide table fits narrower pages."""
+    return escaped.replace("/", "/<wbr>")
+
+
 def steps_table(steps: list[dict[str, Any]], label: str = "") -> str:
-    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in STEP_COLUMNS)
-    lines = [f"<table><tr>{'<th>run</th>' if label else ''}<th>load</th>{head}</tr>"]
+    head = "".join(f"<th>{_breakable(html.escape(name))}</th>" for name, _ in STEP_COLUMNS)
+    lines = [f"<div class=wide><table class=steps><tr>{'<th>run</th>' if label else ''}<th>load</th>{head}</tr>"]
     for step in steps:
-        cells = "".join(f"<td>{_cell(get(step))}</td>" for _, get in STEP_COLUMNS)
+        cells = "".join(f"<td>{_breakable(_cell(get(step)))}</td>" for _, get in STEP_COLUMNS)
         run_cell = f"<td>{html.escape(label)}</td>" if label else ""
         lines.append(f"<tr>{run_cell}<td>{html.escape(load_text(step))}</td>{cells}</tr>")
-    lines.append("</table>")
+    lines.append("</table></div>")
     return "\n".join(lines)
 
 
-STYLE = (
+STYLE = (  # a wide steps table wraps its headings, and scrolls inside its own box if it still does not fit
     "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:13px}"
-    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
-    ".note{color:#555}table.diagnosis td{text-align:left}"
+    "td,th{border:1px solid #ccc;padding:4px 6px;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
+    ".note{color:#555}table.diagnosis td,table.diagnosis th{text-align:left}.wide{overflow-x:auto;max-width:100%}"
+    "table.steps th{font-weight:600;min-width:4em;max-width:8em}table.steps td{max-width:16em}"
 )
 
 
@@ -227,9 +242,7 @@ def notes(report: dict[str, Any]) -> list[str]:
 
 
 def page(title: str, report: dict[str, Any], images: list[str]) -> str:
-    run = report.get("run", {})
-    facts = ", ".join(f"{k}: {v}" for k, v in run.items() if not isinstance(v, dict | list))
-    body = [f"<h1>{html.escape(title)}</h1>", f"<p class=note>{html.escape(facts)}</p>"]
+    body = [f"<h1>{html.escape(title)}</h1>", run_header(report)]
     body += [f"<p>{html.escape(text)}</p>" for text in notes(report)]
     body.append(steps_table(report["steps"]))
     body.append("<h2>Why TPS stops growing</h2>")

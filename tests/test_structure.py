@@ -5,6 +5,9 @@ module imports itself back through others."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,3 +123,38 @@ def test_no_import_cycles() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+LIGHT = (  # what reads and renders reports: a tool that only reads report.json pays for no load generator
+    "loadtest",
+    "loadtest._report",
+    "loadtest._report_cli",
+    "loadtest._compare",
+    "loadtest._plots",
+    "loadtest._ratios",
+    "loadtest._run_header",
+    "loadtest._diagnosis",
+    "loadtest._schema",
+    "loadtest._console",
+    "loadtest._histogram",
+)
+HEAVY = ("gevent", "locust", "matplotlib")
+
+
+def _heavy_after_importing(name: str) -> list[str]:
+    """The heavy packages a fresh interpreter holds after importing name (and nothing else of ours)."""
+    script = (
+        f"import importlib, json, sys; importlib.import_module({name!r}); "
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found: list[str] = json.loads(done.stdout)
+    return found
+
+
+def test_reading_reports_imports_no_load_generator_and_no_plotting_library() -> None:
+    """One fresh interpreter per module (one module's imports would hide another's): importing it loads
+    none of gevent, Locust or matplotlib."""
+    heavy = {name: found for name in LIGHT if (found := _heavy_after_importing(name))}
+    assert not heavy, f"import these lazily, inside the functions that need them: {heavy}"

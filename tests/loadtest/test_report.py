@@ -159,7 +159,7 @@ def test_rerender_and_compare(tmp_path: Path) -> None:
     cmd = zerogap_cmd("report", str(sync), str(fast), "--labels", "a,b", "--out", str(tmp_path / "cmp2"))
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(tmp_path / "cmp2" / "report.html")
+    assert result.stdout.strip().splitlines()[-1] == f"zerogap report: {tmp_path / 'cmp2' / 'report.html'}"
     assert (tmp_path / "cmp2" / "compare.png").read_bytes().startswith(PNG)
     assert render_run(fast).is_file()
 
