@@ -44,8 +44,8 @@ class GenerationRequest:
 def parse_generation(body: Any, settings: SimSettings, chat: bool) -> GenerationRequest:
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object.")
-    _check_model(body, settings)
-    prompt = _chat_prompt(body) if chat else _completion_prompt(body)
+    check_model(body, settings)
+    prompt = words.tokenize(chat_text(body)) if chat else _completion_prompt(body)
     if not prompt:
         raise RequestError("The prompt is empty: send at least one word.", "messages" if chat else "prompt")
     _check_n(body)
@@ -78,7 +78,7 @@ def _optional(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     return value
 
 
-def _check_model(body: dict[str, Any], settings: SimSettings) -> None:
+def check_model(body: dict[str, Any], settings: SimSettings) -> None:
     model = body.get("model")
     if model is not None and model != settings.model:
         raise RequestError(f"The model `{model}` does not exist. This engine serves `{settings.model}`.", "model", 404)
@@ -93,16 +93,18 @@ def _check_n(body: dict[str, Any]) -> None:
         raise RequestError("`temperature` must be a number.", "temperature")
 
 
-def _chat_prompt(body: dict[str, Any]) -> list[int]:
+def chat_text(body: dict[str, Any]) -> str:
+    """The text a chat prompt's tokens are counted from: every message's text content, in order
+    (no chat template: the sim's prompt is the messages' words)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("`messages` must be a non-empty list of {role, content} objects.", "messages")
-    ids: list[int] = []
+    texts: list[str] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise RequestError(f"messages[{i}] must be an object with a string `role`.", "messages")
-        ids.extend(words.tokenize(_message_text(message.get("content"), i)))
-    return ids
+        texts.append(_message_text(message.get("content"), i))
+    return " ".join(texts)
 
 
 def _message_text(content: Any, i: int) -> str:
@@ -168,14 +170,3 @@ def _stop_ids(stop: Any) -> frozenset[int]:
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise RequestError("`stop` must be a string or a list of strings.", "stop")
     return frozenset(words.token_id(s.strip()) for s in stop if s.strip() and len(s.split()) == 1)
-
-
-def parse_tokenize(body: Any, settings: SimSettings) -> list[int]:
-    if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.")
-    _check_model(body, settings)
-    if "messages" in body:
-        return _chat_prompt(body)
-    if isinstance(body.get("prompt"), str):
-        return words.tokenize(body["prompt"])
-    raise RequestError("Send `prompt` (a string) or `messages` to /tokenize.", "prompt")

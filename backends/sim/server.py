@@ -16,25 +16,29 @@ from aiohttp import web
 
 from backends.sim import words
 from backends.sim.engine import RealtimeEngine
-from backends.sim.protocol import RequestError, parse_generation, parse_tokenize
+from backends.sim.protocol import RequestError, parse_generation
 from backends.sim.settings import SimSettings
 from backends.sim.sse import ResponseBuilder
 from backends.sim.stream import SseWriter, TokenSink
+from backends.sim.tokenize_api import LearnedWords, detokenize, tokenize
 
 ENGINE = web.AppKey("engine", RealtimeEngine)
 SETTINGS = web.AppKey("settings", SimSettings)
+LEARNED = web.AppKey("learned_words", LearnedWords)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
 def create_app(settings: SimSettings) -> web.Application:
     app = web.Application(middlewares=[_errors])
     app[SETTINGS] = settings
+    app[LEARNED] = LearnedWords()
     app.cleanup_ctx.append(_engine_lifespan)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_post("/tokenize", _tokenize)
+    app.router.add_post("/detokenize", _detokenize)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/sim/stats", _stats)
     app.router.add_post("/sim/stats/reset", _stats_reset)
@@ -60,7 +64,10 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         error = RequestError(f"The request body is too large ({exc.text}).", status=413)
         return web.json_response(error.body(), status=413)
     except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
-        routes = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, GET /metrics"
+        routes = (
+            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, "
+            "GET /metrics"
+        )
         message = f"{exc.reason}: {request.method} {request.path}. This server has {routes}, GET /health."
         body = {"error": {"message": message, "type": type(exc).__name__[4:] + "Error", "param": None,
                           "code": exc.status}}  # fmt: skip
@@ -136,9 +143,13 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _tokenize(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    ids = parse_tokenize(await _json_body(request), settings)
-    body = {"count": len(ids), "max_model_len": settings.max_model_len, "tokens": ids}
-    return web.json_response(body)
+    tokenized = tokenize(await _json_body(request), settings, request.app[LEARNED])
+    return web.json_response(tokenized.body(settings.max_model_len))
+
+
+async def _detokenize(request: web.Request) -> web.Response:
+    text = detokenize(await _json_body(request), request.app[SETTINGS], request.app[LEARNED])
+    return web.json_response({"prompt": text})
 
 
 async def _metrics(request: web.Request) -> web.Response:
