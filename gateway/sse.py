@@ -75,7 +75,11 @@ class SseFilter:
         if end < len(data):
             self._pending = data[end:]
             data = data[:end]
-        out = self._usage_in(data) if b'"usage"' in data else data
+        at = data.find(FIELD)
+        if at >= 0:
+            out = self._usage_in(data, at)
+        else:
+            out = self._usage_in_any_json(data) if b'"usage"' in data else data
         if self._usage is None:  # no usage yet (none at all, or OpenAI's "usage": null): count
             num = data.count(b"data: {")
             if self.num_chunks == 0:  # the chat stream's role-only opener comes first (vLLM: with the first token)
@@ -95,13 +99,21 @@ class SseFilter:
         prompt, completion = counts.get(b"prompt"), counts.get(b"completion")
         return (int(prompt) if prompt else None, int(completion) if completion else None)
 
-    def _usage_in(self, data: bytes) -> bytes:
-        at = data.find(FIELD)
-        if at < 0:
-            return self._usage_in_any_json(data)
+    def _usage_in(self, data: bytes, at: int) -> bytes:
+        """data without the usage fields the client did not ask for; `at`: where the first one is."""
         if self.show == SHOW_ALL:
             self._mark(data, data.rfind(FIELD) + 1)
             return data
+        value = at + len(FIELD)
+        close = data.find(b"}", value)
+        if (  # the usual read: one event, its usage object flat (no *_details object) and last
+            data.startswith(b"{", value)
+            and data.find(b"{", value + 1, close) < 0 <= close
+            and data.find(FIELD, close) < 0
+            and not data.endswith(USAGE_ONLY, 0, at)
+        ):
+            self._usage = data[at + 1 : close + 1]
+            return data[:at] + data[close + 1 :]
         parts: list[bytes] = []
         start = 0
         while at >= 0:

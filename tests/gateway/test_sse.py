@@ -55,6 +55,24 @@ def test_continuous_usage_is_read_on_every_chunk_and_shown_only_as_asked() -> No
         assert all(isinstance(json.loads(p), dict) for p in payloads)
 
 
+@pytest.mark.parametrize("show", [SHOW_NONE, SHOW_FINAL, SHOW_ALL])
+def test_one_event_per_read_as_vllm_sends_keeps_every_other_byte(show: int) -> None:
+    """Each read one event (the usual path: usage flat and last, cut by slicing), among reads
+    whose usage holds an object (*_details) or that end the stream: the same bytes either way."""
+    events = [with_usage(1), with_usage(2, b'{"cached_tokens":2}'), with_usage(3), with_usage(6), USAGE, DONE]
+    f = SseFilter(show)
+    out = [f.feed(e) for e in events]
+    expected = {
+        SHOW_NONE: [CHUNK] * 4 + [b"", DONE],
+        SHOW_FINAL: [CHUNK] * 4 + [USAGE, DONE],
+        SHOW_ALL: events,
+    }[show]
+    assert out == expected
+    assert f.reported() == (3, 7)
+    f.feed(with_usage(9)[:-2])  # an event not yet complete: nothing relayed, its usage not read
+    assert f.reported() == (3, 7)
+
+
 def test_a_stream_cut_short_reports_the_last_usage_relayed() -> None:
     f = SseFilter(SHOW_NONE)
     f.feed(with_usage(1) + with_usage(2))
