@@ -7,7 +7,7 @@
     GET    /admin/usage         {"data": [{"key", "model", "requests", "prompt_tokens", "completion_tokens"}]}
 
 Every call needs `Authorization: Bearer <admin key>` (compared in constant time, never logged).
-A new key's fields are checked by gateway/key_fields.py, as `zerogap keys create` checks them:
+A new key's fields are checked by gateway/keys/fields.py, as `zerogap keys create` checks them:
 a bad one is a 422 naming it (`param`); a body that is not a JSON object a 400; one over
 MAX_BODY_BYTES a 413, refused without reading past the limit.
 """
@@ -25,8 +25,8 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.asgi import read_body
 from gateway.errors import ApiError
-from gateway.key_fields import InvalidKeyField, KeyFields, parse_key_fields
-from gateway.store import DuplicateKeyName, KeyRecord, KeyStoreError
+from gateway.keys.base import DuplicateKeyName, KeyRecord, KeyStoreError
+from gateway.keys.fields import InvalidKeyField, KeyFields, parse_key_fields
 
 if TYPE_CHECKING:
     from gateway.state import Gateway

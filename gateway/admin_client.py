@@ -11,8 +11,8 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote
 
-from gateway.key_fields import KeyFields
-from gateway.store import DuplicateKeyName, KeyRecord, KeyStoreError, UsageRow
+from gateway.keys.base import DuplicateKeyName, KeyRecord, KeyStoreError, UsageRow
+from gateway.keys.fields import KeyFields
 
 ADMIN_KEY_ENV = "ZEROGAP_ADMIN_KEY"
 TIMEOUT_S = 10.0

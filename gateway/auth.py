@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from gateway.auth_throttle import AuthThrottle
 from gateway.errors import ApiError
-from gateway.store import KeyRecord, Store
+from gateway.keys.base import KeyRecord, Store
 from zerogap.config.gateway import GatewaySection
 
 if TYPE_CHECKING:

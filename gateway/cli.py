@@ -9,8 +9,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gateway.store import KeyStoreError
-from gateway.stores import open_store
+from gateway.keys.auto import open_store
+from gateway.keys.base import KeyStoreError
 from zerogap.argtypes import positive_int
 from zerogap.config import Config, ConfigError, load_config
 

@@ -11,9 +11,9 @@ import time
 from datetime import UTC, datetime
 
 from gateway.admin_client import AdminClient
-from gateway.key_fields import KeyFields, checked
-from gateway.store import KeyRecord, KeyStoreError, Store, UsageRow
-from gateway.stores import open_store
+from gateway.keys.auto import open_store
+from gateway.keys.base import KeyRecord, KeyStoreError, Store, UsageRow
+from gateway.keys.fields import KeyFields, checked
 from zerogap.argtypes import positive_float, positive_int
 from zerogap.config import ConfigError, load_config
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ApiError
-from gateway.key_fields import MAX_MODEL_CHARS  # a longer name can be in no allow-list
+from gateway.keys.fields import MAX_MODEL_CHARS  # a longer name can be in no allow-list
 from gateway.strict_json import decode_object, field_name, invalid
 from zerogap.config.gateway import GatewaySection
 

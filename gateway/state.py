@@ -11,18 +11,19 @@ from pathlib import Path
 
 from gateway.auth import Authenticator
 from gateway.drain import Drain
-from gateway.file_limits import SHARED_LIMITS_ENV, FileLimiter
 from gateway.flights import Flights
 from gateway.health import HealthMonitor
 from gateway.http_client import HttpUpstream
-from gateway.limits import Limiter, RateLimiter
+from gateway.keys.auto import open_store
+from gateway.limits import Limiter
+from gateway.limits.memory import MemoryLimiter
+from gateway.limits.redis import RedisLimiter
+from gateway.limits.sqlite import SHARED_LIMITS_ENV, SqliteLimiter
 from gateway.metrics import GatewayMetrics, multiprocess_dir
 from gateway.outlier import OutlierDetector
 from gateway.pool import Router
 from gateway.rate_log import log_rates_forever
 from gateway.relay import Relay
-from gateway.shared_limits import SharedLimiter
-from gateway.stores import open_store
 from gateway.upstream import UpstreamClient
 from gateway.usage import UsageRecorder
 from zerogap.config import Config
@@ -39,11 +40,11 @@ def make_limiter(config: Config, metrics: GatewayMetrics) -> Limiter:
     if g.redis_url:
         down = metrics.limits_down
         down.labels(g.on_redis_down)  # the series exists from the start, at 0
-        return SharedLimiter(g.redis_url, g.concurrency_lease_s, g.on_redis_down, lambda mode: down.labels(mode).inc())
+        return RedisLimiter(g.redis_url, g.concurrency_lease_s, g.on_redis_down, lambda mode: down.labels(mode).inc())
     shared_file = os.environ.get(SHARED_LIMITS_ENV)
     if shared_file:
-        return FileLimiter(Path(shared_file), g.concurrency_lease_s)
-    return RateLimiter()
+        return SqliteLimiter(Path(shared_file), g.concurrency_lease_s)
+    return MemoryLimiter()
 
 
 class Gateway:
@@ -81,7 +82,7 @@ class Gateway:
         await self.monitor.check_all()
         for b in self.router.backends:
             log.info("backend %s %s model=%s %s", b.name, b.url, b.model, "up" if b.healthy else "DOWN")
-        if isinstance(self.limiter, SharedLimiter) and await self.limiter.ping():
+        if isinstance(self.limiter, RedisLimiter) and await self.limiter.ping():
             log.info("rate limits are shared through Redis")
         if not self.config.server.api_key:
             log.warning("[server].api_key is empty: the unified key is off, only virtual keys are accepted")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from gateway.store import Store, UsageRow
+from gateway.keys.base import Store, UsageRow
 
 log = logging.getLogger("zerogap.gateway.usage")
 

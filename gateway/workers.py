@@ -4,7 +4,7 @@ Each worker is `zerogap gateway ... --reuse-port`: it binds the port itself with
 kernel spreads new connections evenly over the workers. The supervisor checks that the port is
 free, starts the workers with PROMETHEUS_MULTIPROC_DIR set to a fresh temporary folder (GET /metrics
 in any worker then shows the sum over all of them) and, without [gateway].redis_url, a file of
-shared rate-limit buckets (gateway/file_limits.py); it restarts a worker that dies, and on SIGINT
+shared rate-limit buckets (gateway/limits/sqlite.py); it restarts a worker that dies, and on SIGINT
 or SIGTERM sends SIGTERM to every worker (each drains: gateway/drain.py), waits for them, and
 removes the folder; a second signal is forwarded too (the workers then exit at once).
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from backends.process_group import new_group_preexec
-from gateway.file_limits import SHARED_LIMITS_ENV
+from gateway.limits.sqlite import SHARED_LIMITS_ENV
 
 log = logging.getLogger("zerogap.gateway.workers")
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from backends.process_group import stop_process
-from gateway.pg_store import PostgresStore
-from gateway.shared_limits import SharedLimiter
-from gateway.store import KeyStoreError
+from gateway.keys.base import KeyStoreError
+from gateway.keys.postgres import PostgresStore
+from gateway.limits.redis import RedisLimiter
 from tests.deploy.k8s_docs import container, expand_args, find, gateway_config
 from tests.deploy.paths import COMPOSE, load_yaml
 from tests.deploy.secrets import COMPOSE_ENV, SECRETS
@@ -92,7 +92,7 @@ def deployed(request: pytest.FixtureRequest) -> tuple[Config, list[str], dict[st
 
 
 async def redis_answers(url: str) -> bool:
-    limiter = SharedLimiter(url)
+    limiter = RedisLimiter(url)
     try:
         return await limiter.ping()
     finally:

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from gateway.auth_throttle import MAX_ADDRESSES, MAX_KNOWN_GOOD, AuthThrottle, address_group
-from gateway.keystore import KeyStore
+from gateway.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, chat_body, error_of, get, make_config, metric
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.limits import RateLimiter
+from gateway.limits.memory import MemoryLimiter
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.concurrent_streams import (
     NUM_TOKENS,
@@ -32,7 +32,7 @@ async def test_twelve_streams_on_a_key_of_four(tmp_path: Path) -> None:
         with GatewayServer(config) as gs:
             check_split(await streams([gs.url] * 12, key, up), 4)
             limiter = gs.gw.limiter
-            assert isinstance(limiter, RateLimiter)
+            assert isinstance(limiter, MemoryLimiter)
             assert await wait_until(lambda: limiter.num_held("four") == 0, 10)
             up.behavior.interval_s = SLOW
             check_split(await streams([gs.url] * 5, key, up), 4)  # the 4 slots came back, and no more
@@ -58,7 +58,7 @@ async def test_a_stream_whose_client_hangs_up_frees_its_slot(tmp_path: Path) -> 
                 await session.close()
             await eventually(lambda: status_is(gs.url, key, 200), 15)
             limiter = gs.gw.limiter
-            assert isinstance(limiter, RateLimiter)
+            assert isinstance(limiter, MemoryLimiter)
             # status_is hung up on its stream too; the gateway frees that slot when it sees the close
             assert await wait_until(lambda: limiter.num_held("one") == 0, 10)
 

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from gateway.keystore import KeyStore
+from gateway.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.faults import Seen, gateway_process, one, session, stream_body, usage_of
 from tests.gateway.helpers import UNIFIED, GatewayServer, get, make_config, wait_until

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.key_fields import InvalidKeyField
-from gateway.keystore import KeyStore
-from gateway.sqlite_schema import SCHEMA_VERSION
-from gateway.store import KeyStoreError
+from gateway.keys.base import KeyStoreError
+from gateway.keys.fields import InvalidKeyField
+from gateway.keys.sqlite import KeyStore
+from gateway.keys.sqlite_schema import SCHEMA_VERSION
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, make_config, post
 
@@ -69,7 +69,7 @@ def mode(path: Path) -> int:
 
 def test_old_file_is_upgraded_and_keeps_every_allow_list(tmp_path, caplog) -> None:
     path = old_file(tmp_path / "keys.db")
-    with caplog.at_level(logging.WARNING, "zerogap.gateway.keystore"):
+    with caplog.at_level(logging.WARNING, "zerogap.gateway.keys.sqlite"):
         store = KeyStore(path)
     records = {r.name: r for r in store.keys()}
     usage = store.usage()
@@ -163,7 +163,7 @@ def test_existing_wider_wal_is_tightened(tmp_path, caplog) -> None:
     wal = Path(f"{path}-wal")
     path.chmod(0o640)
     wal.chmod(0o666)
-    with caplog.at_level(logging.WARNING, "zerogap.gateway.keystore"):
+    with caplog.at_level(logging.WARNING, "zerogap.gateway.keys.sqlite"):
         second = KeyStore(path)  # the first still holds the file open: the -wal stays
     assert (mode(path), mode(wal)) == (0o600, 0o600)
     assert "was mode 0640" in caplog.text and "was mode 0666" in caplog.text
@@ -199,7 +199,7 @@ def test_stored_json_that_cannot_be_read_allows_no_model(tmp_path, caplog) -> No
     store.create("k", models=["m"])
     with sqlite3.connect(path) as db:
         db.execute("UPDATE keys SET models = 'm,other' WHERE name = 'k'")  # edited by hand
-    with caplog.at_level(logging.WARNING, "zerogap.gateway.keystore"):
+    with caplog.at_level(logging.WARNING, "zerogap.gateway.keys.sqlite"):
         assert store.keys()[0].models == ()
     assert "cannot be read" in caplog.text
     store.close()

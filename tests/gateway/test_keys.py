@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from gateway.keystore import KeyStore
+from gateway.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
 from tests.gateway.processes import write_config

@@ -1,4 +1,4 @@
-"""gateway/limits.py's rule (rpm, tpm, max_concurrency) as each of its three keepers applies it:
+"""gateway/limits/'s rule (rpm, tpm, max_concurrency) as each of its three keepers applies it:
 this process's memory, the workers' shared SQLite file, and a real Redis."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import pytest
 
 from gateway.auth import Principal
 from gateway.errors import ApiError
-from gateway.file_limits import FileLimiter
-from gateway.limits import MAX_COUNT, Limiter, RateLimiter, estimate_tokens
-from gateway.shared_limits import SharedLimiter
+from gateway.limits.base import Limiter
+from gateway.limits.memory import MemoryLimiter
+from gateway.limits.redis import RedisLimiter
+from gateway.limits.rule import MAX_COUNT, estimate_tokens
+from gateway.limits.sqlite import SqliteLimiter
 
 LEASE_S = 0.3
 Factory = Callable[[], Limiter]
@@ -28,11 +30,11 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
     def new() -> Limiter:
         if request.param == "memory":
-            limiter: Limiter = made[0] if made else RateLimiter()  # one process: one memory
+            limiter: Limiter = made[0] if made else MemoryLimiter()  # one process: one memory
         elif request.param == "file":
-            limiter = FileLimiter(tmp_path / "limits.db", LEASE_S)
+            limiter = SqliteLimiter(tmp_path / "limits.db", LEASE_S)
         else:
-            limiter = SharedLimiter(request.getfixturevalue("redis_server"), LEASE_S)
+            limiter = RedisLimiter(request.getfixturevalue("redis_server"), LEASE_S)
         made.append(limiter)
         return limiter
 
@@ -47,7 +49,7 @@ def key(**limits: int) -> Principal:
 
 
 async def settled(limiter: Limiter) -> None:
-    if isinstance(limiter, SharedLimiter):
+    if isinstance(limiter, RedisLimiter):
         await limiter.idle()
 
 

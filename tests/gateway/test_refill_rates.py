@@ -1,5 +1,5 @@
 """How fast a key's buckets fill again: rpm requests and tpm tokens per minute, i.e. rpm/60 and
-tpm/60 per second, in this process's memory and in Redis's Lua (the rule of gateway/limits.py).
+tpm/60 per second, in this process's memory and in Redis's Lua (the rule of gateway/limits/).
 Retry-After is computed apart from the buckets, so these tests read the buckets themselves, on a
 clock the test sets (memory) or on Redis's own clock read before and after the script (Redis)."""
 
@@ -10,8 +10,8 @@ import redis
 
 from gateway.auth import Principal
 from gateway.errors import ApiError
-from gateway.limits import RateLimiter
-from gateway.redis_scripts import HEAD, TOKENS
+from gateway.limits.memory import MemoryLimiter
+from gateway.limits.redis_lua import HEAD, TOKENS
 
 
 class Clock:
@@ -25,11 +25,11 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr("gateway.limits.time", clock)
+    monkeypatch.setattr("gateway.limits.memory.time", clock)
     return clock
 
 
-def _admitted(limiter: RateLimiter, who: Principal) -> int:
+def _admitted(limiter: MemoryLimiter, who: Principal) -> int:
     """How many requests the key may send now, taking them."""
     num_admitted = 0
     while num_admitted < 10_000:
@@ -42,7 +42,7 @@ def _admitted(limiter: RateLimiter, who: Principal) -> int:
 
 
 def test_rpm_refills_one_request_per_60_over_rpm_seconds(clock: Clock) -> None:
-    limiter, who = RateLimiter(), Principal("tenant", rpm=60)
+    limiter, who = MemoryLimiter(), Principal("tenant", rpm=60)
     assert _admitted(limiter, who) == 60  # a full bucket at first
     clock.now_s += 0.99
     assert _admitted(limiter, who) == 0  # just below one request's worth of refill
@@ -55,7 +55,7 @@ def test_rpm_refills_one_request_per_60_over_rpm_seconds(clock: Clock) -> None:
 
 
 def test_tpm_refills_tpm_over_60_tokens_per_second(clock: Clock) -> None:
-    limiter, who = RateLimiter(), Principal("tenant", tpm=6000)
+    limiter, who = MemoryLimiter(), Principal("tenant", tpm=6000)
     limiter.take_tokens(who, 6000, 100)  # the whole minute's tokens
     clock.now_s += 0.99  # 99 tokens back: 100 do not fit yet
     with pytest.raises(ApiError) as refused:

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from gateway.keystore import KeyStore
+from gateway.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.concurrent_streams import (
     NUM_TOKENS,

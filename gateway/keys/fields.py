@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gateway.store import KeyStoreError
+from gateway.keys.base import KeyStoreError
 
 MAX_NAME_CHARS = 64
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.@:-]+")

@@ -24,9 +24,9 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from gateway.store import KeyStoreError
+from gateway.keys.base import KeyStoreError
 
-log = logging.getLogger("zerogap.gateway.keystore")
+log = logging.getLogger("zerogap.gateway.keys.sqlite")
 
 SCHEMA_VERSION = 1
 FILE_MODE = 0o600

@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import errors
 
-from gateway.key_fields import checked
-from gateway.store import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
+from gateway.keys.base import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
+from gateway.keys.fields import checked
 
 SCHEMA_VERSION = 2
 SCHEMA_LOCK_ID = 0x7A65726F67  # pg_advisory_xact_lock key for schema changes ("zerog")

@@ -1,10 +1,10 @@
-"""The limits of gateway/limits.py shared by the workers of one `zerogap gateway --workers N`
+"""The limits of gateway/limits/ shared by the workers of one `zerogap gateway --workers N`
 when there is no [gateway].redis_url: the same token buckets and concurrency slots, kept in a
 SQLite file in the supervisor's temporary folder (ZEROGAP_SHARED_LIMITS names it). Each
 admission is one short write transaction (BEGIN IMMEDIATE), so the workers together admit
 exactly one budget and one max_concurrency per key.
 
-A slot is a row of `leases` with an expiry that its worker renews (gateway/leases.py); a worker
+A slot is a row of `leases` with an expiry that its worker renews (gateway/limits/leases.py); a worker
 that is killed renews nothing, and its rows are dropped by the next admission after they
 expire. The buckets and leases run on the system's monotonic clock, which every process on the
 host shares."""
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.auth import Principal
-from gateway.leases import Leases
-from gateway.limits import Bucket, Slot, cap_of, clamp, head_rule, settled_level, tpm_rule
+from gateway.limits.base import Slot
+from gateway.limits.leases import Leases
+from gateway.limits.rule import Bucket, cap_of, clamp, head_rule, settled_level, tpm_rule
 
 SHARED_LIMITS_ENV = "ZEROGAP_SHARED_LIMITS"
 SCHEMA = (
@@ -33,7 +34,7 @@ SCHEMA = (
 T = TypeVar("T")
 
 
-class FileLimiter:
+class SqliteLimiter:
     def __init__(self, path: Path, lease_s: float = 5.0) -> None:
         self.path = path
         self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)

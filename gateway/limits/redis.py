@@ -1,6 +1,6 @@
-"""The limits of gateway/limits.py kept in Redis ([gateway].redis_url), so that every gateway
+"""The limits of gateway/limits/ kept in Redis ([gateway].redis_url), so that every gateway
 process and pod that uses it counts against the same buckets and the same concurrency slots
-(the Lua scripts: gateway/redis_scripts.py; the slots' leases: gateway/leases.py).
+(the Lua scripts: gateway/limits/redis_lua.py; the slots' leases: gateway/limits/leases.py).
 
 When Redis cannot be reached, [gateway].on_redis_down decides:
 - "local" (the default): this process counts the limits in its own memory, as if it were alone;
@@ -23,9 +23,11 @@ from redis.exceptions import RedisError
 
 from gateway.auth import Principal
 from gateway.errors import ApiError
-from gateway.leases import Leases
-from gateway.limits import RateLimiter, Slot, cap_of, check_fits, clamp, concurrency_limited, limited
-from gateway.redis_scripts import HEAD, RENEW, SETTLE, TOKENS
+from gateway.limits.base import Slot
+from gateway.limits.leases import Leases
+from gateway.limits.memory import MemoryLimiter
+from gateway.limits.redis_lua import HEAD, RENEW, SETTLE, TOKENS
+from gateway.limits.rule import cap_of, check_fits, clamp, concurrency_limited, limited
 
 log = logging.getLogger("zerogap.gateway.limits")
 
@@ -46,7 +48,7 @@ def limits_unavailable() -> ApiError:
     )
 
 
-class SharedLimiter:
+class RedisLimiter:
     def __init__(
         self,
         url: str,
@@ -61,7 +63,7 @@ class SharedLimiter:
         self._renew_script = self._redis.register_script(RENEW)
         self.on_down = on_down
         self._count_down = count_down or (lambda mode: None)
-        self._local = RateLimiter()
+        self._local = MemoryLimiter()
         self.leases = Leases(lease_s, self._renew)
         self._pending: set[asyncio.Task[Any]] = set()
         self._down_until_s = 0.0

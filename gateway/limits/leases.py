@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from gateway.limits import Slot, new_slot
+from gateway.limits.base import Slot, new_slot
 
 log = logging.getLogger("zerogap.gateway.limits")
 

@@ -1,4 +1,4 @@
-"""The rule of gateway/limits.py as Lua scripts, each run atomically by Redis on Redis's clock
+"""The rule of gateway/limits/ as Lua scripts, each run atomically by Redis on Redis's clock
 (TIME), so every gateway process and pod that shares [gateway].redis_url counts against the
 same buckets and the same slots.
 

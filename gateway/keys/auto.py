@@ -4,15 +4,15 @@ implementation (each implementation imports the interface)."""
 
 from __future__ import annotations
 
-from gateway.keystore import SqliteStore
-from gateway.store import Store
+from gateway.keys.base import Store
+from gateway.keys.sqlite import SqliteStore
 from zerogap.config import Config
 
 
 def open_store(config: Config) -> Store:
     """The store config.toml names (not yet opened: call `await store.open()`)."""
     if config.gateway.database_url:
-        from gateway.pg_store import PostgresStore  # psycopg is imported only when it is used
+        from gateway.keys.postgres import PostgresStore  # psycopg is imported only when it is used
 
         return PostgresStore(config.gateway.database_url)
     return SqliteStore(config.resolve_path(config.gateway.key_store))

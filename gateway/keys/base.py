@@ -1,7 +1,7 @@
 """The key store's interface: virtual keys and usage, kept as a keyed hash of each secret.
 
-Two implementations: the embedded SQLite file (gateway/keystore.py, the default) and
-PostgreSQL (gateway/pg_store.py, with [gateway].database_url), which every gateway process
+Two implementations: the embedded SQLite file (gateway/keys/sqlite.py, the default) and
+PostgreSQL (gateway/keys/postgres.py, with [gateway].database_url), which every gateway process
 and pod on one database shares. Both keep a change counter (`version`) that every change to
 the keys bumps, so a gateway notices a new, revoked or changed key by reading one row.
 """
@@ -92,7 +92,7 @@ class Store(Protocol):
         max_concurrency: int | None = None,
     ) -> str:
         """Store a new key and return its secret (shown once, never stored). The fields are checked
-        (gateway/key_fields.py: InvalidKeyField names the bad one); models None allows every model."""
+        (gateway/keys/fields.py: InvalidKeyField names the bad one); models None allows every model."""
         ...
 
     async def revoke(self, name: str) -> bool:

@@ -1,9 +1,9 @@
-"""Virtual keys and usage in one SQLite file (the default store; see gateway/store.py).
+"""Virtual keys and usage in one SQLite file (the default store; see gateway/keys/base.py).
 
 Secrets are never stored: each key is kept as HMAC-SHA256(store secret, key), where the
 store secret is 32 random bytes made when the file is created. A `version` row is bumped
 by every change to the keys, so a running gateway notices a revocation by reading one row.
-Allow-lists are stored as JSON lists; the file's mode and schema upgrades: gateway/sqlite_schema.py.
+Allow-lists are stored as JSON lists; the file's mode and schema upgrades: gateway/keys/sqlite_schema.py.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from gateway.key_fields import checked
-from gateway.sqlite_schema import connect
-from gateway.store import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
+from gateway.keys.base import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
+from gateway.keys.fields import checked
+from gateway.keys.sqlite_schema import connect
 
-log = logging.getLogger("zerogap.gateway.keystore")
+log = logging.getLogger("zerogap.gateway.keys.sqlite")
 KEY_COLUMNS = "name, digest, models, rpm, tpm, created_at, expires_at, revoked_at, max_concurrency"
 
 __all__ = ["KeyRecord", "KeyStore", "KeyStoreError", "SqliteStore", "UsageRow"]
