@@ -1,10 +1,14 @@
-"""What a headless run prints: one progress line per step, the table at the end."""
+"""What a headless run prints: a progress line every few seconds, a final line per step, the table at the end."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from loadtest._collect import not_collected
 from loadtest._diagnosis import headline
+from loadtest._plan import Phase, Plan
+from loadtest._settings import Settings
 
 
 def _ms(figures: dict[str, Any], key: str = "p50") -> str:
@@ -45,6 +49,32 @@ def progress_line(step: dict[str, Any], num_steps: int) -> str:
     parts += [f"ok {step['requests_ok']} failed {step['requests_failed']}{retries}"]
     figures = ", ".join(part for part in parts if part)
     return f"zerogap step {step['index'] + 1}/{num_steps} {load_text(step)}: {figures}{flag}"
+
+
+@dataclass(frozen=True)
+class LiveFigures:
+    """The current phase so far: output tok/s over the latest seconds (None: none yet), GPU busy."""
+
+    output_tps: float | None
+    gpu_util: float | None
+    num_ok: int
+    num_failed: int
+
+
+def live_line(settings: Settings, plan: Plan, phase: Phase, run_time_s: float, users: int, live: LiveFigures) -> str:
+    """The progress line printed every few seconds while a phase runs."""
+    where = "warm-up" if phase.index < 0 else f"step {phase.index + 1}/{len(plan.steps)}"
+    planned = plan.users_for(phase)
+    people = f"{users} users" if users == planned else f"{users} of {planned} users"
+    load = f"{phase.load:g} req/s, {people}" if plan.open_loop else people
+    elapsed_s, length_s = run_time_s - phase.start_s, phase.end_s - phase.start_s
+    clock = f"{elapsed_s:.0f} s of {length_s:.0f} s ({max(0.0, length_s - elapsed_s):.0f} s left)"
+    skip = not_collected(settings)
+    tps = "-" if live.output_tps is None else f"{live.output_tps:,.0f}"
+    gpu = "-" if live.gpu_util is None else f"{live.gpu_util:.0f}%"
+    parts = [f"output {tps} tok/s" if "output_tps" not in skip else "", f"GPU {gpu}" if "gpu_util" not in skip else ""]
+    parts.append(f"{live.num_ok} ok, {live.num_failed} failed")
+    return f"zerogap progress: {where}, {load}, {clock}: {', '.join(part for part in parts if part)}"
 
 
 HEADER = (

@@ -11,8 +11,24 @@ from loadtest._record import INTERRUPTED, RequestRecord
 FIRST_N = 20
 
 
+def doubled_v1(base_url: str, path: str = "/v1/chat/completions", source: str = "api.base_url") -> str | None:
+    """The fix when the base URL already ends in /v1: the client appends /v1/... itself, so every
+    request would go to .../v1/v1/... and answer 404. None when the URL does not end in /v1."""
+    url = base_url.rstrip("/")
+    if not url.endswith("/v1"):
+        return None
+    fixed = url.removesuffix("/v1")
+    return (
+        f"{source} {url} ends in /v1, but the harness appends {path} itself (requests would go to "
+        f"{url}{path}). Set {source} to {fixed}"
+    )
+
+
 def advice(kind: str, base_url: str, model: str, models: list[str] | None) -> str:
     """What to check for this kind of failure (the article's troubleshooting advice)."""
+    doubled = doubled_v1(base_url)
+    if doubled is not None and kind == "HTTP 404":
+        return f"{doubled}."
     if kind == "HTTP 401":
         return (
             "the key was refused. Check that the variable api.api_key_env names holds it "

@@ -24,19 +24,22 @@ from locust.runners import MasterRunner, Runner, WorkerRunner
 from loadtest._arrivals import Arrivals
 from loadtest._client import StreamClient
 from loadtest._exporter import Exporter
+from loadtest._failfast import doubled_v1
 from loadtest._limits import raise_open_files
+from loadtest._locust_options import progress_seconds, quiet_locust_table
 from loadtest._locust_stats import fire_locust_events
 from loadtest._plan import Plan
+from loadtest._progress import report_progress
 from loadtest._prompt import calibrate, request_body, tokenize_counter, tokenize_urls
 from loadtest._record import RequestRecord
 from loadtest._report import new_run_dir
 from loadtest._retry import with_retries
 from loadtest._run import Prompt, Run
-from loadtest._samplers import print_progress, sample_cpu, sample_timeline
+from loadtest._samplers import sample_cpu, sample_timeline
 from loadtest._settings import Settings, SettingsError, load_settings, settings_path
 from loadtest._stopper import Stopper
 from loadtest._timeline import Sampler
-from loadtest._webui import ZerogapTab, live_rows
+from loadtest._webui import ZerogapTab, ignored_form_values, live_rows, prefill_form
 from loadtest._workers import WorkerLink
 from loadtest._workload import Session, Workload
 
@@ -90,6 +93,11 @@ class Harness:
             return
         self.settings, self.plan = settings, Plan.from_settings(settings.load_test)
         self.base_url = (environment.host or settings.api.base_url).rstrip("/")
+        doubled = self.doubled_v1(environment)
+        if doubled is not None:
+            fail(doubled)
+        quiet_locust_table(options)
+        prefill_form(options, self.plan)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
         if not self.is_master:
@@ -106,6 +114,12 @@ class Harness:
         if not self.is_worker:
             ZerogapTab(self.live_rows).install(environment)
         log.info("zerogap: settings from %s; %s", path, self.describe_plan(self.plan))
+
+    def doubled_v1(self, environment: Environment) -> str | None:
+        """The fix when the base URL (settings.json's, Locust's -H, or the web UI's host) ends in /v1."""
+        assert self.settings is not None
+        source = "the host (Locust's -H / the web UI's Host)" if environment.host else "api.base_url"
+        return doubled_v1(self.base_url, self.settings.api.path(), source)
 
     @staticmethod
     def describe_plan(plan: Plan) -> str:
@@ -124,6 +138,13 @@ class Harness:
             run.run_dir = new_run_dir(settings.output)
             run.sampler = Sampler(settings.metrics)
         self.run = run
+        ignored = ignored_form_values(environment.parsed_options, plan)
+        if ignored is not None and not self.is_worker:
+            log.warning("zerogap: %s", ignored)
+        doubled = self.doubled_v1(environment)
+        if doubled is not None:
+            run.stopper.stop(environment, doubled)
+            return
         model = run.stopper.choose_model(environment, settings.workload.model)
         if model is None:
             return
@@ -136,7 +157,8 @@ class Harness:
             self.spawn(run, lambda: sample_cpu(run, self.process_name, self.exporter))
         if not self.is_worker:
             self.spawn(run, lambda: sample_timeline(run, self.user_count, self.exporter))
-            self.spawn(run, lambda: print_progress(run, self.is_master))
+            progress_s = progress_seconds(environment.parsed_options)
+            self.spawn(run, lambda: report_progress(run, self.user_count, self.is_master, progress_s))
             log.info("zerogap: this run writes %s", run.run_dir)
 
     @staticmethod
@@ -195,10 +217,14 @@ class Harness:
         def keep(record: RequestRecord, walls: list[float]) -> None:  # also an interrupted request's
             self.keep(run, record, walls)
 
-        record, walls, detail = with_retries(lambda: client.stream(body, lag, keep), run.settings.api.max_retries)
-        if session is not None and record.ok:
-            session.answered(record.output_tokens)
-        self.keep(run, record, walls)
+        request_id = run.request_sent()  # the step's final line waits for the requests still streaming
+        try:
+            record, walls, detail = with_retries(lambda: client.stream(body, lag, keep), run.settings.api.max_retries)
+            if session is not None and record.ok:
+                session.answered(record.output_tokens)
+            self.keep(run, record, walls)
+        finally:
+            run.request_kept(request_id)
         if not record.ok:
             run.recorder.note_error(record.error_kind, detail)  # shipped to the master with the records
         fire_locust_events(env, client.path, record, detail)
@@ -216,7 +242,7 @@ class Harness:
         run = self.run
         if run is None or run.sampler is None:
             return []
-        return live_rows(run.settings, run.plan, run.start_s, run.recorder, run.sampler.samples)
+        return live_rows(run.settings, run.plan, run.start_s, run.recorder, run.sampler.samples, run.final_steps)
 
     # ----- stop -----
     def on_test_stop(self, environment: Environment, **_: Any) -> None:

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import itertools
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gevent
 
@@ -46,10 +49,26 @@ class Run:
     run_dir: Path | None = None  # where the master writes the run
     greenlets: list[gevent.Greenlet] = field(default_factory=list)
     num_workers: int = 1  # worker processes that took part (1: a local run)
+    in_flight: dict[int, float] = field(default_factory=dict)  # this process's requests streaming: id -> sent at
+    final_steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # step index -> its line's summary
+    _request_ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def keep(self, record: RequestRecord, walls: list[float]) -> None:
         self.chunk_ratio.apply(record, walls)
         self.recorder.add(record, walls)
+
+    def request_sent(self) -> int:
+        """A request of this process starts (wall clock now); `request_kept` when its record is kept."""
+        request_id = next(self._request_ids)
+        self.in_flight[request_id] = time.time()
+        return request_id
+
+    def request_kept(self, request_id: int) -> None:
+        self.in_flight.pop(request_id, None)
+
+    def oldest_in_flight(self) -> float | None:
+        """When this process's oldest request still streaming was sent (None: none is)."""
+        return min(self.in_flight.values(), default=None)
 
     def stop_greenlets(self) -> None:
         for greenlet in self.greenlets:
@@ -57,10 +76,16 @@ class Run:
         self.greenlets = []
 
     def finish(self, end_s: float) -> None:
-        """Write the run folder and print the last step's line, the table and where the report is."""
+        """Write the run folder and print the steps' last lines, the table and where the report is; a run
+        stopped for a reason the user must fix prints that reason instead (no empty table)."""
         assert self.sampler is not None and self.run_dir is not None, "finish() runs where the run was sampled"
+        if self.stopper.reason:
+            sys.stderr.write(f"zerogap loadtest: {self.stopper.reason}\n")
+            sys.stderr.flush()
         samples = self.sampler.samples
-        summary = summarize_run(self.settings, self.plan, self.start_s, end_s, self.recorder, samples)
+        summary = summarize_run(
+            self.settings, self.plan, self.start_s, end_s, self.recorder, samples, final=self.final_steps
+        )
         meta = {
             "base_url": self.base_url,
             "model": self.model,
@@ -74,7 +99,11 @@ class Run:
         report_html = write_run(
             self.run_dir, self.settings, self.plan, self.start_s, end_s, summary, meta, self.recorder, samples
         )
-        if summary["steps"]:
-            print(progress_line(summary["steps"][-1], len(self.plan.steps)), flush=True)
+        if self.stopper.reason:
+            sys.stderr.write(f"zerogap loadtest: the run stopped early; its folder: {self.run_dir}\n")
+            return
+        for step in summary["steps"]:  # the steps whose line has not been printed yet (the last one, at least)
+            if step["index"] not in self.final_steps:
+                print(progress_line(step, len(self.plan.steps)), flush=True)
         print(table(summary), flush=True)
         print(f"zerogap report: {report_html}", flush=True)

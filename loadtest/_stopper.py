@@ -1,6 +1,7 @@
 """Stopping a run for a reason the user must fix: the first requests all failed alike
-(fail fast, loadtest/_failfast.py), or no model can be chosen. The message goes to
-stderr with the fix; the run still writes its folder and exits with status 1."""
+(fail fast, loadtest/_failfast.py), the base URL ends in /v1, or no model can be chosen.
+The message goes to stderr with the fix when the run ends (no table after it); the run
+still writes its folder and exits with status 1."""
 
 from __future__ import annotations
 
@@ -51,13 +52,14 @@ class Stopper:
         self.stop(env, f"the first {FIRST_N} requests all failed with {kind}{said}\nFix: {fix}")
 
     def stop(self, env: Environment, message: str) -> None:
-        """Headless (or --autoquit): Locust quits, exit status 1; web UI: the test stops, the UI stays."""
+        """Headless (or --autoquit): Locust quits, exit status 1; web UI: the test stops, the UI stays.
+        The run's end (Run.finish) prints the message, in place of the table."""
         if self.stopping:
             return
         self.stopping, self.reason = True, message
-        sys.stderr.write(f"zerogap loadtest: {message}\n")
-        sys.stderr.flush()
         if env.runner is None:
+            sys.stderr.write(f"zerogap loadtest: {message}\n")
+            sys.stderr.flush()
             return
         env.process_exit_code = 1
         options = env.parsed_options

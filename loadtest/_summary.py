@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from loadtest._collect import leave_out, p50
@@ -228,11 +229,20 @@ def find_knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def summarize_run(
-    settings: Settings, plan: Plan, run_start: float, run_end: float, recorder: Recorder, samples: list[Sample]
+    settings: Settings,
+    plan: Plan,
+    run_start: float,
+    run_end: float,
+    recorder: Recorder,
+    samples: list[Sample],
+    final: Mapping[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    steps = [
-        step
+    """final: steps already summarized (index -> step), used as they are: the figures their console
+    line printed are the report's."""
+    final = final or {}
+    summaries = (
+        final.get(phase.index) or summarize_step(settings, plan, phase, run_start, run_end, recorder, samples)
         for phase in plan.steps
-        if (step := summarize_step(settings, plan, phase, run_start, run_end, recorder, samples)) is not None
-    ]
+    )
+    steps = [step for step in summaries if step is not None]
     return {"steps": steps, "knee": find_knee(steps), "diagnosis": diagnose(steps)}

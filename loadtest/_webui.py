@@ -6,6 +6,10 @@ step begun: users, output tok/s, TTFT p50/p99, TPOT p50, GPU utilization, failur
     http://127.0.0.1:8089/?tab=zerogap
 
 Locust's own request table stays requests only (one POST row): its RPS is the request rate.
+
+The start form's users and ramp-up fields are filled from settings.json (the first step's
+users, load_test.spawn_rate or, at 0 = all at once, the users per second); the steps come
+from settings.json whatever the form says, and a run started with other values says so.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from argparse import Namespace
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from locust.env import Environment
@@ -66,17 +71,53 @@ def row(step: dict[str, Any], num_steps: int, measured: bool) -> dict[str, Any]:
     }
 
 
+def form_values(plan: Plan) -> tuple[int, float]:
+    """(users, spawn rate) of the run's start: the first step's users, all at once when spawn_rate is 0."""
+    users = plan.users_for(plan.phases[0])
+    return users, plan.spawn_rate if plan.spawn_rate > 0 else float(max(users, 1))
+
+
+def prefill_form(options: Namespace | None, plan: Plan) -> None:
+    """The web UI's form (and Locust's own defaults) start at settings.json's values, not at 0 or 1."""
+    if options is None:
+        return
+    users, spawn_rate = form_values(plan)
+    if getattr(options, "num_users", None) is None:
+        options.num_users = users
+    if getattr(options, "spawn_rate", None) is None:
+        options.spawn_rate = spawn_rate
+
+
+def ignored_form_values(options: Namespace | None, plan: Plan) -> str | None:
+    """What to tell a user who asked for other users or ramp-up (the form, -u, -r): the steps rule."""
+    users, spawn_rate = form_values(plan)
+    asked_users = getattr(options, "num_users", None)
+    asked_rate = getattr(options, "spawn_rate", None)
+    if asked_users in (None, users) and asked_rate in (None, spawn_rate):
+        return None
+    return (
+        f"the run follows settings.json's steps (the first: {users} users, ramp-up {spawn_rate:g}/s), not the "
+        f"users ({asked_users}) and ramp-up ({asked_rate}) asked for: change load_test.steps or load_test.spawn_rate"
+    )
+
+
 def live_rows(
-    settings: Settings, plan: Plan, run_start: float, recorder: Recorder, samples: list[Sample]
+    settings: Settings,
+    plan: Plan,
+    run_start: float,
+    recorder: Recorder,
+    samples: list[Sample],
+    final: Mapping[int, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each phase begun: over its measured window once that began, else over the phase so far."""
-    now, rows = time.time(), []
+    """Each phase begun: over its measured window once that began, else over the phase so far; a step
+    whose final line was printed shows that line's figures (final: index -> step)."""
+    now, rows, final = time.time(), [], final or {}
     for phase in plan.phases:
         if run_start + phase.start_s > now:
             break
         measured = phase.measured and run_start + phase.measure_start_s < now  # the warm-up is never measured
         window = phase if measured else dataclasses.replace(phase, measure_start_s=phase.start_s)
-        step = summarize_step(settings, plan, window, run_start, now, recorder, samples)
+        step = final.get(phase.index) or summarize_step(settings, plan, window, run_start, now, recorder, samples)
         if step is not None:
             rows.append(row(step, len(plan.steps), measured))
     return rows

@@ -4,6 +4,7 @@
     locust -f loadtest/ --headless            the stepped run, then the table and report.html
     locust -f loadtest/ --headless --processes 4
     locust -f loadtest/ --settings my.json    (or ZEROGAP_SETTINGS=my.json)
+    locust -f loadtest/ --headless --progress-seconds 10 --print-stats   (Locust's own table every 2 s too)
 
 Everything else lives in modules whose names start with `_`, which Locust does not load.
 """
@@ -17,6 +18,7 @@ from locust.env import Environment
 
 from loadtest._client import StreamClient
 from loadtest._harness import Harness
+from loadtest._locust_options import add_options
 from loadtest._workload import Session
 
 HARNESS = Harness()
@@ -24,12 +26,7 @@ HARNESS = Harness()
 
 @events.init_command_line_parser.add_listener
 def _add_options(parser: Any, **_: Any) -> None:
-    parser.add_argument(
-        "--settings",
-        type=str,
-        default=None,
-        help="zerogap: the load-test settings file (default: $ZEROGAP_SETTINGS, else ./settings.json)",
-    )
+    add_options(parser)
 
 
 @events.init.add_listener
@@ -57,7 +54,10 @@ class LlmUser(User):
 
 
 class SteppedShape(LoadTestShape):
-    """Warm-up at the first step, then each step of settings.json's load_test.steps."""
+    """Warm-up at the first step, then each step of settings.json's load_test.steps. The web UI's
+    users and ramp-up fields show the first step's (use_common_options: shown, not hidden at 0)."""
+
+    use_common_options = True
 
     def tick(self) -> tuple[int, float] | None:
         if HARNESS.plan is None:

@@ -1,17 +1,14 @@
-"""`locust -f loadtest/` itself: bad settings stop it with a message, the web UI starts,
-and Locust sees exactly one user class and one shape in the folder."""
+"""`locust -f loadtest/` itself: bad settings stop it with a message, and Locust sees exactly
+one user class and one shape in the folder (the web UI: test_webui_prefill.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import urllib.request
 from pathlib import Path
 
-from backends.process_group import stop_process
 from tests.loadtest.helpers import LOCUST, run_locust, write_settings
 from tests.support import REPO
-from zerogap.net import free_port, wait_for_port
 
 
 def test_bad_settings_stop_the_run_with_field_and_reason(tmp_path: Path) -> None:
@@ -55,23 +52,3 @@ def test_locust_sees_one_user_class_in_the_folder(tmp_path: Path) -> None:
                             text=True, timeout=60, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["Available", "Users:", "LlmUser"]
-
-
-def test_web_ui_starts_and_serves_its_page(tmp_path: Path) -> None:
-    settings = write_settings(tmp_path / "s.json", "http://127.0.0.1:9", tmp_path / "runs", "ui")
-    port = free_port()
-    cmd = [LOCUST, "-f", str(REPO / "loadtest"), "--settings", str(settings), "--web-host", "127.0.0.1",
-           "--web-port", str(port)]  # fmt: skip
-    log = tmp_path / "locust.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=sink)
-    try:
-        wait_for_port(port, timeout_s=30, proc=proc)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
-            page = response.read().decode()
-            assert response.status == 200
-        assert "locust" in page.lower()
-    finally:
-        stop_process(proc)
-    err = log.read_text()
-    assert "Duplicate" not in err and "Traceback" not in err

@@ -1,0 +1,47 @@
+"""The real `locust -f loadtest/` web UI: its page is served, and its start form's users and
+ramp-up fields come from settings.json (the first step), shown, not hidden at 0."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from backends.process_group import stop_process
+from tests.loadtest.helpers import LOCUST, write_settings
+from tests.support import REPO
+from zerogap.net import free_port, wait_for_port
+
+
+def template_args(page: str) -> dict[str, Any]:
+    """What Locust's page hands its form: `window.templateArgs = {...}`."""
+    found = re.search(r"window\.templateArgs = (\{.*\})\s*$", page, re.M)
+    assert found, page[-2000:]
+    args: dict[str, Any] = json.loads(found.group(1))
+    return args
+
+
+def test_the_start_form_is_filled_from_settings(tmp_path: Path) -> None:
+    settings = write_settings(tmp_path / "s.json", "http://127.0.0.1:9", tmp_path / "runs", "ui",
+                              load_test={"steps": [24, 48], "spawn_rate": 0})  # fmt: skip
+    port = free_port()
+    cmd = [LOCUST, "-f", str(REPO / "loadtest"), "--settings", str(settings), "--web-host", "127.0.0.1",
+           "--web-port", str(port)]  # fmt: skip
+    log = tmp_path / "locust.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        wait_for_port(port, timeout_s=30, proc=proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+            assert response.status == 200
+            args = template_args(response.read().decode())
+    finally:
+        stop_process(proc)
+    assert args["num_users"] == 24  # the first step's users
+    assert args["spawn_rate"] == 24.0  # spawn_rate 0: all at once (the users in one second)
+    assert not args["hide_common_options"]  # the fields are shown (hidden, Locust's form says 0)
+    err = log.read_text()
+    assert "Duplicate" not in err and "Traceback" not in err
