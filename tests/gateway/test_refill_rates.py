@@ -5,6 +5,8 @@ clock the test sets (memory) or on Redis's own clock read before and after the s
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import redis
 
@@ -12,6 +14,7 @@ from gateway.auth import Principal
 from gateway.errors import ApiError
 from gateway.limits.memory import MemoryLimiter
 from gateway.limits.redis_lua import HEAD, TOKENS
+from gateway.limits.rule import Bucket
 
 
 class Clock:
@@ -101,3 +104,45 @@ def test_redis_refills_tpm_at_tpm_over_60_per_second(redis_server: str) -> None:
     finally:
         client.close()
     assert least - 1000 <= level <= most - 1000, (level, least - 1000, most - 1000)  # 2,000 back, 1,000 taken
+
+
+def _python_level(capacity: int, level: float, idle_s: float) -> float:
+    bucket = Bucket(float(capacity), level, 0.0)
+    bucket.refill(float(capacity), idle_s)
+    return bucket.level
+
+
+@pytest.mark.parametrize("kind", ["rpm", "tpm"])
+def test_redis_lua_decides_as_the_python_rule(redis_server: str, kind: str) -> None:
+    """One rule, two texts: on 300 random buckets the Lua admits and refuses exactly where the
+    Python rule (gateway/limits/rule.py) does, and leaves the same level, up to the refill of the
+    few ms between the test's clock readings (a decision that falls inside them may go either way)."""
+    rng = random.Random(20261202)
+    client = redis.Redis.from_url(redis_server)
+    try:
+        for case in range(300):
+            capacity = rng.choice([1, 2, 60, 1000, 6000, 10**6])
+            level = rng.choice([0.0, 0.5, 0.999, 1.0, rng.uniform(0, capacity), float(capacity)])
+            idle_s = rng.choice([0.0, 0.5, 1.0, rng.uniform(0, 90)])
+            take = 1 if kind == "rpm" else rng.randint(1, capacity)
+            key = f"diff:{kind}:{case}"
+            before_s = _redis_time_s(client)
+            client.hset(key, mapping={"level": repr(level), "ts": repr(before_s - idle_s)})
+            if kind == "rpm":
+                admitted = client.register_script(HEAD)(keys=[key, key + ":slots"], args=[capacity, 0, 5, 0])[0] == 1
+            else:
+                admitted = client.register_script(TOKENS)(keys=[key], args=[capacity, take])[0] == 1
+            drift_s = _redis_time_s(client) - before_s
+            low, high = _python_level(capacity, level, idle_s), _python_level(capacity, level, idle_s + drift_s)
+            stored = float(client.hget(key, "level") or b"nan")
+            where = (kind, capacity, level, idle_s, take, low, high, stored)
+            if low >= take:
+                assert admitted, where
+            elif high < take:
+                assert not admitted, where
+            if admitted:
+                assert low - take - 1e-6 <= stored <= high - take + 1e-6, where
+            else:
+                assert stored == level, where  # a refused request takes nothing
+    finally:
+        client.close()
