@@ -1,4 +1,6 @@
-"""`zerogap sim ...` (serve one simulated engine) and `zerogap sim plan ...` (virtual time).
+"""`zerogap sim ...` (serve one simulated engine), `zerogap sim plan ...` (virtual time;
+with --users N --slo ..., the fewest replicas for N users) and `zerogap sim calibrate ...`
+(fit [sim] to load-test runs: calibrate_cli.py).
 
 Settings precedence: flags > config.toml [scheduler]/[token_interval]/[sim] > defaults.
 """
@@ -12,6 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
+from backends.sim.capacity import MAX_REPLICAS, slo_arg
+from backends.sim.plan_compare import compare_lines
 from backends.sim.settings import SimSettings, settings_from_config
 from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.config import ConfigError, load_config
@@ -77,10 +81,15 @@ def plan_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zerogap sim plan",
         description="Run a stepped load plan in virtual time (no sleeping) and print, per concurrency step, "
-        "output TPS, TTFT, TPOT and GPU busy. Times are modelled seconds.",
+        "output TPS, TTFT, TPOT and GPU busy (times in modelled ms). With --users N --slo ttft_ms=..,tpot_ms=..: "
+        "the fewest replicas that serve N users within the SLOs, and the table it decided from.",
     )
     _engine_flags(parser)
-    parser.add_argument("--concurrency", type=concurrency_list, required=True, help="steps, e.g. 32,128,256")
+    parser.add_argument("--concurrency", type=concurrency_list, help="steps, e.g. 32,128,256")
+    parser.add_argument("--users", type=positive_int, help="the capacity question: how many replicas for N users")
+    parser.add_argument("--slo", type=slo_arg, help="with --users: ttft_ms=N,tpot_ms=N (p50s, in ms)")
+    parser.add_argument("--max-replicas", type=positive_int, default=MAX_REPLICAS,
+                        help=f"with --users: try up to this many replicas (default {MAX_REPLICAS})")  # fmt: skip
     parser.add_argument("--prompt-tokens", type=positive_int, default=512)
     parser.add_argument("--output-tokens", type=positive_int, default=256)
     parser.add_argument("--step-duration-s", type=positive_float, default=180.0, help="hold each step (default 180)")
@@ -94,6 +103,10 @@ def plan_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "plan":
         return _plan_main(argv[1:])
+    if argv and argv[0] == "calibrate":
+        from backends.sim.calibrate_cli import main as calibrate_main
+
+        return calibrate_main(argv[1:])
     args = serve_parser().parse_args(argv)
     try:
         settings = resolve_settings(args)
@@ -110,6 +123,10 @@ def _plan_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.measure_last_s > args.step_duration_s:
         parser.error("--measure-last-s must not exceed --step-duration-s")
+    if (args.users is None) == (args.concurrency is None):
+        parser.error("give --concurrency (a load plan) or --users N --slo ... (the capacity answer)")
+    if args.users is not None and args.slo is None:
+        parser.error("--users needs --slo ttft_ms=N,tpot_ms=N")
     try:
         settings = resolve_settings(args)
     except ConfigError as exc:
@@ -120,6 +137,8 @@ def _plan_main(argv: list[str]) -> int:
             f"--prompt-tokens + --output-tokens = {args.prompt_tokens + args.output_tokens} exceeds "
             f"max_model_len {settings.max_model_len}; lower them or pass --max-model-len"
         )
+    if args.users is not None:
+        return _capacity(settings, args)
     variants = [settings]
     if args.compare:
         variants = [settings.with_flags(async_scheduling=a, slot_reuse=s) for a, s in _COMPARE]
@@ -135,10 +154,27 @@ def _plan_main(argv: list[str]) -> int:
         print(
             f"virtual time, time_scale {settings.time_scale:g}; prompt {args.prompt_tokens} tokens, "
             f"output {args.output_tokens}; each step held {args.step_duration_s:g} s, "
-            f"measured over the last {args.measure_last_s:g} s"
+            f"measured over the last {args.measure_last_s:g} s; times in ms"
         )
         print(format_table(rows))
+        if args.compare:
+            print("\n".join(compare_lines(rows)))
     return 0
+
+
+def _capacity(settings: SimSettings, args: argparse.Namespace) -> int:
+    from backends.sim.capacity import fewest_replicas, format_answer
+    from backends.sim.pool_plan import Load, Window
+
+    load = Load(args.users, args.prompt_tokens, args.output_tokens)
+    window = Window(args.step_duration_s - args.measure_last_s, args.measure_last_s)
+    answer = fewest_replicas(settings, load, args.slo, window, args.max_replicas)
+    print(
+        f"virtual time, mode {settings.mode}, time_scale {settings.time_scale:g}; each replica count held "
+        f"{args.step_duration_s:g} s, measured over the last {args.measure_last_s:g} s; times in ms"
+    )
+    print(format_answer(answer, load, args.slo))
+    return 0 if answer.replicas is not None else 1
 
 
 _COMPARE = ((False, False), (False, True), (True, True))

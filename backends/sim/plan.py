@@ -19,6 +19,7 @@ class StepSummary:
     ttft_p50_s: float | None  # None: no request got its first token in the window
     ttft_p99_s: float | None
     tpot_mean_s: float | None  # None: no request finished in the window (hold the step longer)
+    tpot_p50_s: float | None  # the median request's mean time per output token (the harness's TPOT p50)
     gpu_busy: float
     token_interval_ms: float  # the GPU's mean idle gap between two forwards
     cpu_interval_ms: float  # the CPU work per step, hidden or not
@@ -51,6 +52,7 @@ def summarise(run: VirtualRun, mode: str, concurrency: int, start_s: float, end_
         ttft_p50_s=float(np.percentile(ttft_arr, 50)) if ttft_arr.size else None,
         ttft_p99_s=float(np.percentile(ttft_arr, 99)) if ttft_arr.size else None,
         tpot_mean_s=mean(tpot_list) if tpot_list else None,
+        tpot_p50_s=float(np.percentile(tpot_list, 50)) if tpot_list else None,
         gpu_busy=sum(s.forward_s for s in steps) / span,
         token_interval_ms=1000 * mean([s.gap_s for s in steps if s.gap_s is not None]),
         cpu_interval_ms=1000 * mean([s.cpu_s for s in steps]),
@@ -79,29 +81,32 @@ def run_plan(
     return out
 
 
-COLUMNS = (  # name, width, format spec
-    ("mode", 16, ""),
-    ("concurrency", 11, "d"),
-    ("output_tps", 10, ".0f"),
-    ("rps", 7, ".2f"),
-    ("ttft_p50_s", 10, ".3f"),
-    ("ttft_p99_s", 10, ".3f"),
-    ("tpot_mean_s", 11, ".4f"),
-    ("gpu_busy", 8, ".1%"),
-    ("token_interval_ms", 17, ".1f"),
-    ("cpu_interval_ms", 15, ".1f"),
-    ("forward_ms", 10, ".1f"),
-    ("step_ms", 7, ".1f"),
-    ("batch_mean", 10, ".1f"),
+COLUMNS = (  # heading, attribute, width, format spec, multiplier (seconds -> ms)
+    ("mode", "mode", 16, "", 1.0),
+    ("concurrency", "concurrency", 11, "d", 1.0),
+    ("output_tps", "output_tps", 10, ".0f", 1.0),
+    ("rps", "rps", 7, ".2f", 1.0),
+    ("ttft_p50_ms", "ttft_p50_s", 11, ".1f", 1000.0),
+    ("ttft_p99_ms", "ttft_p99_s", 11, ".1f", 1000.0),
+    ("tpot_p50_ms", "tpot_p50_s", 11, ".2f", 1000.0),
+    ("gpu_busy", "gpu_busy", 8, ".1%", 1.0),
+    ("token_interval_ms", "token_interval_ms", 17, ".1f", 1.0),
+    ("cpu_interval_ms", "cpu_interval_ms", 15, ".1f", 1.0),
+    ("forward_ms", "forward_ms", 10, ".1f", 1.0),
+    ("step_ms", "step_ms", 7, ".1f", 1.0),
+    ("batch_mean", "batch_mean", 10, ".1f", 1.0),
 )
 
 
 def format_table(rows: list[StepSummary]) -> str:
-    lines = [" ".join(name.rjust(width) for name, width, _ in COLUMNS)]
+    """One line per step, every time in ms."""
+    lines = [" ".join(heading.rjust(width) for heading, _, width, _, _ in COLUMNS)]
     for row in rows:
         cells = []
-        for name, width, spec in COLUMNS:
+        for _, name, width, spec, scale in COLUMNS:
             value = getattr(row, name)
+            if value is not None and scale != 1.0:
+                value *= scale
             cells.append("-".rjust(width) if value is None else format(value, spec).rjust(width))
         lines.append(" ".join(cells))
     if any(row.tpot_mean_s is None for row in rows):

@@ -122,19 +122,27 @@ def closed_loop(
     prompt_tokens: int,
     output_tokens: int,
     duration_s: float,
-    gap_s: float = 0.0,
+    gap_s: float | None = None,
     ramp_s: float = 0.0,
     seed: int = 0,
 ) -> VirtualRun:
     """concurrency users, started evenly over ramp_s (as Locust's spawn rate does), each
-    sending its next request gap_s after its last one ended."""
+    sending its next request a gap after its last one ended: gap_s exactly when given, else
+    drawn uniformly from [0, 2 x [sim].client_gap_ms] (a load generator's turnaround varies,
+    so the request lands anywhere in the engine's step, as it does against a served engine)."""
     rng = random.Random(seed)
+    mean_gap_s = settings.cost.client_gap_ms * settings.time_scale / 1000.0
+
+    def gap() -> float:
+        if gap_s is not None:
+            return gap_s
+        return rng.uniform(0.0, 2.0 * mean_gap_s) if mean_gap_s > 0 else 0.0
 
     def arrival(t_s: float, user: int) -> Arrival:
         return Arrival(t_s, random_prompt(rng, prompt_tokens), output_tokens, user=user)
 
     def on_finish(record: VirtualRequest, t_s: float) -> list[Arrival]:
-        return [arrival(t_s + gap_s, record.user)]
+        return [arrival(t_s + gap(), record.user)]
 
     starts = [arrival(ramp_s * i / concurrency, i) for i in range(concurrency)]
     return VirtualEngine(settings).run(starts, duration_s, on_finish)

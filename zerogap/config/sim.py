@@ -29,6 +29,12 @@ class SimSection(Section):
         0.0152, ge=0, description="detokenize in the engine process (only when detokenizer_async is off)"
     )
     async_overhead_ms: float = Field(0.5, ge=0, description="the part of a step async scheduling cannot hide")
+    client_gap_ms: float = Field(
+        0.0,
+        ge=0,
+        description="virtual closed loops (sim plan, tune --virtual): the mean time from a response's end to the "
+        "user's next request reaching the engine (load generator and HTTP); `zerogap sim calibrate` measures it",
+    )
     kv_cache_blocks: int = Field(16384, ge=1)
     block_size: int = Field(16, ge=1)
     enable_prefix_caching: bool = True

@@ -1,0 +1,184 @@
+"""`zerogap sim calibrate`: fit the [sim] cost model to stepped load-test runs.
+
+The forward model is the sim itself in virtual time (pool_plan.predict: the same
+scheduler, cost model and closed loop as `zerogap sim plan`), run at each measured step's
+load; a Levenberg-Marquardt search (least_squares.py) scales the terms the data can pin
+down (fit_terms.py) so that the modelled output TPS, TPOT p50, TTFT p50, GPU busy and CPU
+interval match the measured ones in log terms. The cap (max_num_seqs) and the KV cache are
+read off the engines' metrics where they show them, not searched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from backends.sim.calibrate_runs import Observation
+from backends.sim.fit_terms import Plan, Term, base_values, plan_terms
+from backends.sim.least_squares import Vector, least_squares, standard_errors
+from backends.sim.pool_plan import Load, Predicted, Window, predict
+from backends.sim.settings import SimSettings
+
+TTFT_WEIGHT = 0.5  # TTFT p50 is the noisiest figure of a step (it rides on the step boundaries)
+UNSTEADY_WEIGHT = 0.5
+MISSING_PENALTY = 2.0  # a modelled figure that is missing (no request ended in the window)
+KV_MIN_USAGE = 0.05  # below this the KV usage says little about the capacity
+
+
+@dataclass(frozen=True, slots=True)
+class StepFit:
+    observation: Observation
+    model: Predicted
+
+
+@dataclass
+class Calibration:
+    settings: SimSettings
+    fitted: dict[str, float]  # [sim] field -> fitted value
+    terms: list[Term]
+    notes: list[str]
+    steps: list[StepFit]
+    num_evaluations: int
+    elapsed_s: float
+    log_errors: list[float] = field(default_factory=list)  # each term's standard error, in log terms (inf: unseen)
+
+
+def window_for(o: Observation) -> Window:
+    """Long enough for a steady state and a few dozen requests, short enough to run fast."""
+    e2e_s = (o.e2e_p50_ms or _e2e_guess_ms(o)) / 1000.0
+    warm = max(1.0, 1.5 * e2e_s)
+    measure = min(max(3.0, 24.0 / o.users) * e2e_s, 60.0)
+    return Window(warm, max(measure, 1.0))
+
+
+def _e2e_guess_ms(o: Observation) -> float:
+    if o.tpot_p50_ms is not None:
+        return (o.ttft_p50_ms or 0.0) + o.tpot_p50_ms * o.output_tokens
+    return 1000.0 * o.users * o.output_tokens / o.output_tps
+
+
+def with_engine_signals(
+    settings: SimSettings, observations: list[Observation], replicas: int
+) -> tuple[SimSettings, list[str]]:
+    """max_num_seqs and kv_cache_blocks from what the engines' metrics said, with notes."""
+    notes: list[str] = []
+    caps = sorted({o.max_num_seqs for o in observations if o.max_num_seqs})
+    if caps:
+        cap = max(1, caps[-1] // replicas)
+        if cap != settings.max_num_seqs:
+            notes.append(f"max_num_seqs {cap}: what the engines reported (CONFIG says {settings.max_num_seqs})")
+            settings = settings.with_flags(max_num_seqs=cap)
+    estimates = []
+    block = settings.cost.block_size
+    for o in observations:
+        if o.kv_usage_mean and o.kv_usage_mean >= KV_MIN_USAGE and o.running_mean:
+            blocks_per_seq = (o.prompt_tokens + o.output_tokens / 2) / block + 0.5
+            estimates.append(o.running_mean / replicas * blocks_per_seq / o.kv_usage_mean)
+    if estimates:
+        blocks = max(1, round(float(np.median(estimates))))
+        notes.append(
+            f"kv_cache_blocks {blocks} (x block_size {block} = {blocks * block:,} tokens per engine): from the "
+            f"engines' KV usage against their running requests ({len(estimates)} step(s) over {KV_MIN_USAGE:.0%} used)"
+        )
+        settings = settings.with_flags(kv_cache_blocks=blocks)
+    else:
+        notes.append(
+            f"KV cache: never {KV_MIN_USAGE:.0%} used (or not reported): its capacity is not pinned down; "
+            f"kv_cache_blocks kept at {settings.cost.kv_cache_blocks}"
+        )
+    return settings, notes
+
+
+class _Objective:
+    def __init__(self, settings: SimSettings, observations: list[Observation], replicas: int, plan: Plan) -> None:
+        self.settings = settings
+        self.observations = observations
+        self.replicas = replicas
+        self.terms = plan.terms
+        self.base = {**base_values(settings), **plan.fixed}
+        self.windows = [window_for(o) for o in observations]
+        self.num_evaluations = 0
+
+    def settings_at(self, x: Vector) -> SimSettings:
+        values = dict(self.base)
+        for term, factor in zip(self.terms, np.exp(x), strict=True):
+            for name in term.fields:
+                values[name] = self.base[name] * float(factor)
+        return self.settings.with_flags(**values)
+
+    def predictions(self, x: Vector) -> list[Predicted]:
+        settings = self.settings_at(x)
+        self.num_evaluations += 1
+        return [
+            predict(settings, Load(o.users, o.prompt_tokens, o.output_tokens), self.replicas, w, seed=o.index)
+            for o, w in zip(self.observations, self.windows, strict=True)
+        ]
+
+    def __call__(self, x: Vector) -> Vector:
+        out: list[float] = []
+        for o, p in zip(self.observations, self.predictions(x), strict=True):
+            w = 1.0 if o.steady else UNSTEADY_WEIGHT
+            out.append(w * _log_ratio(p.output_tps, o.output_tps))
+            if o.tpot_p50_ms is not None:
+                out.append(w * _log_ratio(p.tpot_p50_ms, o.tpot_p50_ms))
+            if o.ttft_p50_ms is not None:
+                out.append(w * TTFT_WEIGHT * _log_ratio(p.ttft_p50_ms, o.ttft_p50_ms))
+            if o.gpu_busy is not None:
+                out.append(w * _log_ratio(max(p.gpu_busy, 0.01), max(o.gpu_busy, 0.01)))
+            if o.cpu_interval_ms is not None:
+                out.append(w * _log_ratio(p.cpu_interval_ms, max(o.cpu_interval_ms, 1e-3)))
+        return np.asarray(out, dtype=float)
+
+
+def _log_ratio(model: float | None, measured: float) -> float:
+    if model is None or model <= 0 or measured <= 0:
+        return MISSING_PENALTY
+    return math.log(model / measured)
+
+
+def _start(objective: _Objective, observations: list[Observation]) -> Vector:
+    """Every time term scaled by how far the model's steps are from the measured ones."""
+    x = np.zeros(len(objective.terms))
+    ratios = []
+    for o, p in zip(observations, objective.predictions(x), strict=True):
+        if o.tpot_p50_ms is not None and p.tpot_p50_ms:
+            ratios.append(o.tpot_p50_ms / p.tpot_p50_ms)
+        elif p.output_tps > 0:
+            ratios.append(p.output_tps / o.output_tps)
+    if ratios:
+        scale = math.log(float(np.median(ratios)))
+        for i, term in enumerate(objective.terms):
+            if term.fields != ("client_gap_ms",):
+                x[i] = scale
+    return x
+
+
+def calibrate(settings: SimSettings, observations: list[Observation], replicas: int = 1) -> Calibration:
+    started = time.monotonic()
+    settings, notes = with_engine_signals(settings, observations, replicas)
+    plan = plan_terms(settings, observations)
+    objective = _Objective(settings, observations, replicas, plan)
+    solution = least_squares(objective, _start(objective, observations))
+    fitted_settings = objective.settings_at(solution.x)
+    fitted = {
+        name: float(getattr(fitted_settings.cost, name)) for term in plan.terms for name in term.fields
+    } | plan.fixed
+    errors = [float(e) for e in standard_errors(solution)]
+    errors = [
+        math.inf if float(np.abs(column).max(initial=0.0)) < 1e-3 else e
+        for e, column in zip(errors, solution.jacobian.T, strict=True)
+    ]
+    steps = [StepFit(o, p) for o, p in zip(observations, objective.predictions(solution.x), strict=True)]
+    return Calibration(
+        settings=fitted_settings,
+        fitted=fitted,
+        terms=plan.terms,
+        notes=notes + plan.notes,
+        steps=steps,
+        num_evaluations=objective.num_evaluations,
+        elapsed_s=time.monotonic() - started,
+        log_errors=errors,
+    )

@@ -1,0 +1,125 @@
+"""Which [sim] terms a set of runs can pin down, and what is assumed for the others.
+
+A term is a group of [sim] fields scaled together by one fitted factor: fields that the
+data only ever sees as a sum (the forward and the interval without a GPU-busy signal;
+the two per-sequence interval terms without slot reuse) are one term, split in the
+proportion CONFIG gives them. Every decision is said in a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.sim.calibrate_runs import Observation
+from backends.sim.settings import SimSettings
+from zerogap.config.sim import SimSection
+
+ASSUMED_CLIENT_GAP_MS = 1.0  # a load generator on the engine's host or LAN, in real ms
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    fields: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return " + ".join(self.fields)
+
+
+@dataclass
+class Plan:
+    terms: list[Term]
+    notes: list[str]
+    fixed: dict[str, float]  # fields set (not fitted) by the plan, e.g. an assumed client gap
+
+
+def plan_terms(settings: SimSettings, observations: list[Observation]) -> Plan:
+    c = settings.cost
+    has_busy = any(o.gpu_busy is not None for o in observations)
+    has_cpu = any(o.cpu_interval_ms is not None for o in observations)
+    has_ttft = any(o.ttft_p50_ms is not None for o in observations)
+    prompts = sorted({o.prompt_tokens for o in observations})
+    notes: list[str] = []
+    fixed: dict[str, float] = {}
+    per_seq = _per_seq_interval(settings, notes)
+    split = has_busy or has_cpu
+    terms: list[Term] = []
+    if settings.async_scheduling:
+        terms += [Term(("forward_fixed_ms",)), Term(("forward_per_seq_ms",))]
+        if has_busy:
+            terms.append(Term(("async_overhead_ms",)))
+        else:
+            terms[0] = Term(("forward_fixed_ms", "async_overhead_ms"))
+            notes.append(
+                "no GPU-busy signal: the forward's fixed part and async_overhead_ms add up in every step; "
+                f"fitted as one, split as in CONFIG ({c.forward_fixed_ms:g} : {c.async_overhead_ms:g})"
+            )
+        if has_cpu:
+            terms += [Term(("interval_fixed_ms",)), Term(per_seq)]
+        else:
+            notes.append(
+                "async scheduling hides the CPU interval behind the forward and the runs have no CPU-interval "
+                "signal (zerogap_sim_cpu_interval_seconds): interval_* kept as in CONFIG (they matter only where "
+                "the CPU work outgrows the forward)"
+            )
+    elif split:
+        terms += [Term(("forward_fixed_ms",)), Term(("forward_per_seq_ms",))]
+        terms += [Term(("interval_fixed_ms",)), Term(per_seq)]
+    else:
+        terms += [Term(("forward_fixed_ms", "interval_fixed_ms")), Term(("forward_per_seq_ms", *per_seq))]
+        notes.append(
+            "no GPU-busy signal: with synchronous scheduling a step is forward + interval, so they cannot be "
+            f"split; fitted their sums, split as in CONFIG (fixed {c.forward_fixed_ms:g} : {c.interval_fixed_ms:g}, "
+            f"per sequence {c.forward_per_seq_ms:g} : {sum(getattr(c, f) for f in per_seq):g})"
+        )
+    if has_ttft:
+        terms.append(Term(("forward_per_prefill_token_ms",)))
+        if len(prompts) >= 2:
+            terms.append(Term(("client_gap_ms",)))
+        else:
+            gap = ASSUMED_CLIENT_GAP_MS / settings.time_scale
+            fixed["client_gap_ms"] = gap
+            notes.append(
+                f"one prompt length ({prompts[0]} tokens): the prefill cost and the load generator's turnaround "
+                f"both shift TTFT by a constant; client_gap_ms assumed {gap:g} (add a run with another prompt "
+                "length to fit both)"
+            )
+    else:
+        notes.append("no TTFT figure: forward_per_prefill_token_ms and client_gap_ms kept as in CONFIG")
+    return Plan(terms, notes, fixed)
+
+
+def _per_seq_interval(settings: SimSettings, notes: list[str]) -> tuple[str, ...]:
+    """The per-sequence interval fields the data sees as one term."""
+    fields: tuple[str, ...] = ("interval_per_seq_ms",)
+    c = settings.cost
+    if settings.slot_reuse:
+        notes.append(
+            "slot reuse reschedules only the sequences that changed (about 2 per request): "
+            f"interval_schedule_per_seq_ms is too small a part of a step to pin down; kept at "
+            f"{c.interval_schedule_per_seq_ms:g}"
+        )
+    else:
+        fields += ("interval_schedule_per_seq_ms",)
+        notes.append(
+            "without slot reuse every sequence is rescheduled each step: interval_per_seq_ms and "
+            "interval_schedule_per_seq_ms both grow with the batch; fitted as one, split as in CONFIG "
+            f"({c.interval_per_seq_ms:g} : {c.interval_schedule_per_seq_ms:g})"
+        )
+    if not settings.detokenizer_async:
+        fields += ("interval_detokenize_per_seq_ms",)
+    return fields
+
+
+def base_values(settings: SimSettings) -> dict[str, float]:
+    """Each field's starting value: CONFIG's, or the default where CONFIG has 0 (a factor cannot move 0)."""
+    defaults = SimSection()
+    out: dict[str, float] = {}
+    for name in SimSection.model_fields:
+        if not name.endswith("_ms"):
+            continue
+        value = float(getattr(settings.cost, name))
+        if value <= 0:
+            value = float(getattr(defaults, name)) or ASSUMED_CLIENT_GAP_MS / settings.time_scale
+        out[name] = value
+    return out
