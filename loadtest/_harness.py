@@ -136,7 +136,7 @@ class Harness:
         run = Run(settings, plan, self.base_url, Stopper(self.base_url, self.headers, list_timeout_s))
         if not self.is_worker:
             run.run_dir = new_run_dir(settings.output)
-            run.sampler = Sampler(settings.metrics)
+            run.sampler = Sampler(settings.metrics, self.base_url)
         self.run = run
         ignored = ignored_form_values(environment.parsed_options, plan)
         if ignored is not None and not self.is_worker:
