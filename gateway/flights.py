@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 from gateway.idle import IdleWatch
 from gateway.pool import Backend
+from zerogap.net import public_url
 
 log = logging.getLogger("zerogap.gateway.flights")
 
@@ -111,7 +112,7 @@ class Flights:
         """The backend leaves the pool: its first-byte waiters are retried elsewhere now (those
         that can go elsewhere), its streams end after eject_grace_s without a byte."""
         if backend.healthy:
-            log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
+            log.warning("backend %s (%s) leaves the pool: %s", backend.name, public_url(backend.url), reason)
             if self.on_leave is not None:
                 self.on_leave(backend, cause)
         backend.healthy = False

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from gateway.pool import Backend, Router
 from gateway.upstream import UpstreamClient
+from zerogap.net import public_url
 from zerogap.promtext import sums_by_name
 
 log = logging.getLogger("zerogap.gateway.health")
@@ -86,7 +87,7 @@ class HealthMonitor:
                 self._leave(backend, f"health check failed ({reason}), {-num} in a row")
             else:
                 log.info("backend %s (%s) failed a health check (%s): %d of unhealthy_threshold %d in a row",
-                         backend.name, backend.url, reason, -num, self.unhealthy_threshold)  # fmt: skip
+                         backend.name, public_url(backend.url), reason, -num, self.unhealthy_threshold)  # fmt: skip
         self._was_healthy[backend] = backend.healthy
 
     def _back(self, backend: Backend) -> None:
@@ -94,15 +95,16 @@ class HealthMonitor:
         if held_s > 0:
             if self.router.pools[backend.model].any_healthy(besides=backend):
                 return  # ejected: not back before its time is up (but never leaving its model empty)
+            shown = public_url(backend.url)
             log.warning("backend %s (%s) comes back %.0f s before its ejection ends: no other backend of "
-                        "model %s is healthy", backend.name, backend.url, held_s, backend.model)  # fmt: skip
+                        "model %s is healthy", backend.name, shown, held_s, backend.model)  # fmt: skip
         else:
-            log.info("backend %s (%s) is healthy again", backend.name, backend.url)
+            log.info("backend %s (%s) is healthy again", backend.name, public_url(backend.url))
         backend.healthy = True
 
     def _leave(self, backend: Backend, reason: str) -> None:
         if self.take_out is None:
-            log.warning("backend %s (%s) leaves the pool: %s", backend.name, backend.url, reason)
+            log.warning("backend %s (%s) leaves the pool: %s", backend.name, public_url(backend.url), reason)
             backend.healthy = False
         else:
             self.take_out(backend, reason)

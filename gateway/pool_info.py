@@ -11,8 +11,6 @@ URL's user:password@, query and fragment are left out."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -20,19 +18,10 @@ from gateway.asgi import client_host, header
 from gateway.errors import ApiError
 from gateway.pool import Backend
 from gateway.state import Gateway
+from zerogap.net import public_url
 
 METRICS_KEY = "[server].metrics_key"
 PATH = "/metrics/backends"
-
-
-def public_url(url: str) -> str:
-    """The URL without user:password@, query and fragment: what may be shown to the metrics key's holder."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def describe(backend: Backend) -> dict[str, object]:

@@ -27,6 +27,7 @@ from gateway.relay import Relay
 from gateway.upstream import UpstreamClient
 from gateway.usage import UsageRecorder
 from zerogap.config import Config
+from zerogap.net import public_url
 
 log = logging.getLogger("zerogap.gateway")
 
@@ -81,7 +82,7 @@ class Gateway:
         await self.auth.reload()
         await self.monitor.check_all()
         for b in self.router.backends:
-            log.info("backend %s %s model=%s %s", b.name, b.url, b.model, "up" if b.healthy else "DOWN")
+            log.info("backend %s %s model=%s %s", b.name, public_url(b.url), b.model, "up" if b.healthy else "DOWN")
         if isinstance(self.limiter, RedisLimiter) and await self.limiter.ping():
             log.info("rate limits are shared through Redis")
         if not self.config.server.api_key:

@@ -8,6 +8,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit, urlunsplit
 
 HEALTH_TIMEOUT_S = 1.0
 # Replicas are local: never through an http_proxy from the environment.
@@ -80,3 +81,13 @@ def wait_http_ok(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} at {url} did not answer 200 within {timeout_s} s")
         time.sleep(0.1)
+
+
+def public_url(url: str) -> str:
+    """The URL without user:password@, query and fragment: what may be shown to the metrics key's holder."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
