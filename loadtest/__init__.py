@@ -11,6 +11,7 @@ matplotlib when they draw (tests/test_structure.py holds this).
 
 from loadtest._compare import render_comparison
 from loadtest._console import table
+from loadtest._curves import Curve, CurveStyle, curve_styles, draw_curves
 from loadtest._diagnosis import LIMITS, diagnose, headline
 from loadtest._ratios import StepFigures, ratio_line, ratio_lines, report_ratio_lines
 from loadtest._report import ReportError, read_report, render_run
@@ -21,6 +22,8 @@ from loadtest._workload import Session, Workload
 
 __all__ = [
     "LIMITS",
+    "Curve",
+    "CurveStyle",
     "ReportError",
     "RunReport",
     "Session",
@@ -28,7 +31,9 @@ __all__ = [
     "SettingsError",
     "StepFigures",
     "Workload",
+    "curve_styles",
     "diagnose",
+    "draw_curves",
     "headline",
     "load_settings",
     "parse_settings",

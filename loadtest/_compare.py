@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from loadtest._curves import draw_curves
 from loadtest._plots import load_label, load_of
 from loadtest._report import STYLE, ReportError, notes, read_report, steps_table
 
@@ -34,9 +35,8 @@ def plot_comparison(reports: list[dict[str, Any]], labels: list[str], path: Path
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), dpi=110)
     for ax, (key, title, unit) in zip(axes.flat, PANELS, strict=True):
-        for report, label in zip(reports, labels, strict=True):
-            steps = report["steps"]
-            ax.plot([load_of(s) for s in steps], [_value(s, key) for s in steps], "o-", label=label)
+        curves = [([load_of(s) for s in r["steps"]], [_value(s, key) for s in r["steps"]]) for r in reports]
+        draw_curves(ax, curves, labels)
         ax.set_title(title)
         ax.set_ylabel(unit)
         ax.set_xlabel(load_label(reports[0]["steps"]))

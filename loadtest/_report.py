@@ -205,7 +205,8 @@ STYLE = (  # a wide steps table wraps its headings, and scrolls inside its own b
     "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:13px}"
     "td,th{border:1px solid #ccc;padding:4px 6px;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
     ".note{color:#555}table.diagnosis td,table.diagnosis th{text-align:left}.wide{overflow-x:auto;max-width:100%}"
-    "table.steps th{font-weight:600;min-width:4em;max-width:8em}table.steps td{max-width:16em}"
+    "table.steps{font-size:12px}table.steps th{font-weight:600;min-width:4em;max-width:8em}"
+    "table.steps td{max-width:16em}"
 )
 
 

@@ -132,6 +132,7 @@ LIGHT = (  # what reads and renders reports: a tool that only reads report.json 
     "loadtest._compare",
     "loadtest._plots",
     "loadtest._ratios",
+    "loadtest._curves",
     "loadtest._run_header",
     "loadtest._diagnosis",
     "loadtest._schema",

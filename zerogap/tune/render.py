@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from loadtest import Curve, curve_styles, draw_curves
 from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result
 from zerogap.tune.toml_text import paste_lines
@@ -55,6 +57,25 @@ def tune_json(ranked: list[Result], plan: TunePlan) -> dict[str, Any]:
     }
 
 
+def _curves(ranked: list[Result]) -> tuple[list[Curve], list[Curve]]:
+    """Each candidate's (concurrency, output TPS) and (concurrency, mean GPU utilization) curves."""
+    tps: list[Curve] = []
+    gpu: list[Curve] = []
+    for r in ranked:
+        loads = [float(s.get("concurrency", 0)) for s in r.steps]
+        tps.append((loads, [float(s.get("output_tps") or 0.0) for s in r.steps]))
+        gpu.append((loads, [float(s["gpu_util"]["mean"]) if s.get("gpu_util") else math.nan for s in r.steps]))
+    return tps, gpu
+
+
+def repeated_curves(ranked: list[Result]) -> list[tuple[str, str]]:
+    """(candidate, the earlier candidate) for each candidate whose TPS and GPU curves both repeat another's."""
+    labels = [r.candidate.label for r in ranked]
+    tps, gpu = _curves(ranked)
+    both = zip(curve_styles(tps, labels), curve_styles(gpu, labels), labels, strict=True)
+    return [(label, t.same_as) for t, g, label in both if t.same_as is not None and t.same_as == g.same_as]
+
+
 def _plot(ranked: list[Result], path: Path) -> Path:
     import matplotlib
 
@@ -62,11 +83,9 @@ def _plot(ranked: list[Result], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (tps, gpu) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
-    for r in ranked:
-        loads = [s.get("concurrency", 0) for s in r.steps]
-        tps.plot(loads, [s.get("output_tps") or 0.0 for s in r.steps], "o-", label=r.candidate.label)
-        busy = [s["gpu_util"]["mean"] if s.get("gpu_util") else float("nan") for s in r.steps]
-        gpu.plot(loads, busy, "o-", label=r.candidate.label)
+    labels = [r.candidate.label for r in ranked]
+    for ax, curves in zip((tps, gpu), _curves(ranked), strict=True):
+        draw_curves(ax, curves, labels)
     for ax, title, unit in ((tps, "Output tokens/s", "tokens/s"), (gpu, "GPU utilization (mean)", "%")):
         ax.set_title(title)
         ax.set_xlabel("concurrency (users)")
@@ -92,7 +111,7 @@ def _rows(ranked: list[Result]) -> str:
     for place, r in enumerate(ranked, 1):
         j = r.as_json()
         cells = [place, j["label"], j["goodput_rps"], j["output_tps"], j["limit"], j["evidence"], j["advice"]]
-        out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        out.append("<tr>" + "".join(f"<td>{'-' if c is None else html.escape(str(c))}</td>" for c in cells) + "</tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -112,6 +131,11 @@ def write_all(ranked: list[Result], plan: TunePlan, out_dir: Path) -> Path:
         f"<p>Best: <b>{html.escape(ranked[0].candidate.label)}</b>. The config.toml lines to paste:</p>",
         f"<pre>{html.escape(data['best']['config_toml'])}</pre>",
         f'<p><img src="{image.name}" alt="TPS against concurrency per candidate"></p>',
+        *[
+            f"<p>{html.escape(label)} measured the same as {html.escape(first)}: its curves lie on the other's "
+            "(drawn dashed over them, so both show).</p>"
+            for label, first in repeated_curves(ranked)
+        ],
         _rows(ranked),
     ]
     out = out_dir / "report.html"
