@@ -4,7 +4,8 @@ from the upstream connection's own callback, with no task woken per chunk.
 A task woken per chunk resumed through a dozen coroutine frames (uvicorn, the middleware,
 the endpoint, the relay's generators, read_chunk) and back, each cold in the cache: that was
 most of the gateway's CPU per relayed token. Here the ASGI `send` coroutine is stepped by
-hand: it finishes at once unless the client's socket is full. When it does wait, the rest of
+hand (or, on uvicorn, its one write made directly: gateway/chunk_writer.py): it finishes at
+once unless the client's socket is full. When it does wait, the rest of
 that send runs in a task, reading from the backend pauses, and the chunks that were already
 on their way queue behind it, in order; reading resumes once they are sent.
 """
@@ -17,6 +18,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from gateway.asgi import Message, Send
+from gateway.chunk_writer import ChunkWriter, chunk_writer
 from gateway.errors import bare
 from gateway.idle import IdleWatch
 from gateway.sse import SseFilter
@@ -55,7 +57,7 @@ class _Rest:
 class Pipe:
     """Relays the body of one streamed answer; the relay yields it, proxy._drive runs it with `send`."""
 
-    __slots__ = ("_backlog", "_flusher", "_message", "_send", "error", "exchange", "filt", "resp", "watch")
+    __slots__ = ("_backlog", "_flusher", "_message", "_send", "_write", "error", "exchange", "filt", "resp", "watch")
 
     def __init__(self, resp: UpstreamResponse, filt: SseFilter, exchange: Exchange, watch: IdleWatch) -> None:
         self.resp = resp
@@ -64,6 +66,7 @@ class Pipe:
         self.watch = watch
         self.error: BaseException | None = None  # what broke the stream (UpstreamError, or from send)
         self._send: Send | None = None
+        self._write: ChunkWriter | None = None  # straight to the socket when send would do only that
         self._message: Message = {"type": "http.response.body", "body": b"", "more_body": True}
         self._backlog: list[bytes] | None = None  # chunks behind a send that waits (None: none waits)
         self._flusher: asyncio.Task[None] | None = None
@@ -71,6 +74,7 @@ class Pipe:
     async def run(self, send: Send) -> None:
         """Relay until the backend's body ends or breaks (then `error` says why)."""
         self._send = send
+        self._write = chunk_writer(send)
         try:
             await self.resp.pipe(self._on_data)
         except UpstreamError as exc:
@@ -89,6 +93,9 @@ class Pipe:
             return
         if self._backlog is not None:
             self._backlog.append(data)
+            return
+        write = self._write
+        if write is not None and write(data):
             return
         message = self._message
         message["body"] = data
