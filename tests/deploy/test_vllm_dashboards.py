@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.vllm.pool import MODEL, Pool, post, start_pool, stop_pool
+from tests.backends.vllm.pool import MODEL, Pool, post
 from tests.deploy.checks import ENGINE_SERIES, dashboard_problems, finite_values, wait_for_series
 from tests.deploy.paths import grafana_panels
 from tests.deploy.stack import Stack, prom_api, start_prometheus
@@ -30,9 +30,9 @@ ENGINE_PANELS = ["Running requests", "Waiting requests", "KV cache usage", "Outp
 
 
 @pytest.fixture(scope="module")
-def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    pool: Pool = start_pool(tmp_path_factory.mktemp("deploy-vllm"))
-    stack = Stack(pool.folder / "prometheus")
+def vllm_stack(vllm_pool: Pool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    pool = vllm_pool  # the tier's one replica (tests/conftest.py)
+    stack = Stack(tmp_path_factory.mktemp("deploy-vllm") / "prometheus")
     stack.workdir.mkdir()
     stack.gateway_port = pool.gateway_port
     stack.sims = {"replica0": pool.engine_port}  # the name the gateway gives the launcher's replica
@@ -46,7 +46,6 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
     finally:
         stack.stop()
-        stop_pool(pool)
 
 
 def test_vllm_exports_every_series_the_dashboards_read(vllm_stack: Stack) -> None:

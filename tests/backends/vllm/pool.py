@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import urllib.error
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
 import pytest
 
 from backends.process_group import stop_process
@@ -140,6 +142,36 @@ def stop_pool(pool: Pool) -> int | None:
     stop_process(pool.backends, timeout_s=60)
     pool.log.close()
     return pool.backends.returncode
+
+
+def replica_group(pool: Pool) -> tuple[int, set[int]]:
+    """The vLLM replica's leader pid and every pid in its process group."""
+    (leader,) = psutil.Process(pool.backends.pid).children()  # one replica: one child
+    group = {p.pid for p in psutil.process_iter() if _pgid(p.pid) == leader.pid}
+    return leader.pid, group
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def stop_pool_checked(pool: Pool) -> None:
+    """SIGTERM to `zerogap backends up` ends it with 0 and leaves no process of the replica behind."""
+    if pool.gateway is not None:
+        stop_process(pool.gateway)
+    try:
+        _, group = replica_group(pool)
+        pool.backends.send_signal(signal.SIGTERM)
+        assert pool.backends.wait(60) == 0
+        assert "all replicas stopped" in pool.output
+        orphans = [pid for pid in group if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+        assert not orphans, f"processes outlived the stop: {orphans}"
+    finally:
+        stop_process(pool.backends, timeout_s=60)
+        pool.log.close()
 
 
 def post(url: str, body: dict[str, Any], timeout_s: float = 60) -> dict[str, Any]:

