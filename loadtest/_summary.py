@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest._collect import leave_out, p50
 from loadtest._diagnosis import diagnose
@@ -20,7 +20,9 @@ from loadtest._histogram import Histogram
 from loadtest._plan import Phase, Plan
 from loadtest._record import INTERRUPTED, Recorder, RequestRecord
 from loadtest._settings import Settings, SloSection
-from loadtest._timeline import Sample
+
+if TYPE_CHECKING:
+    from loadtest._timeline import Sample
 
 KNEE_GROWTH = 0.10
 

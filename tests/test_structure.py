@@ -138,6 +138,7 @@ LIGHT = (  # what reads and renders reports: a tool that only reads report.json 
     "loadtest._schema",
     "loadtest._console",
     "loadtest._histogram",
+    "loadtest._summary",
 )
 HEAVY = ("gevent", "locust", "matplotlib")
 
