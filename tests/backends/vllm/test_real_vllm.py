@@ -176,7 +176,7 @@ def test_vllm_bench_serve_and_the_harness_read_vllm_alike(pool: Pool, tmp_path: 
     Their TPS, TTFT and TPOT are printed, not held to 5% here: on a 2-core machine the CPU
     engine's speed follows whatever else runs (2x between two runs 30 s apart, measured);
     the 5% agreement is checked against the sim (test_bench_agreement.py)."""
-    load = Load(streams=32, output_tokens=64, requests_per_stream=8, step_s=10)
+    load = Load(streams=16, output_tokens=32, requests_per_stream=4, step_s=6)  # printed, not held: small
     theirs, ours = run_both(vllm_interpreter(), pool.engine_url, MODEL, pool.folder / "models" / "tiny", load, tmp_path)
     assert theirs.output_tps > 0 and ours.output_tps > 0
 
