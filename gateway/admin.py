@@ -29,7 +29,7 @@ from gateway.keys.base import DuplicateKeyName, KeyRecord, KeyStoreError
 from gateway.keys.fields import InvalidKeyField, KeyFields, parse_key_fields
 
 if TYPE_CHECKING:
-    from gateway.state import Gateway
+    from gateway.gateway import Gateway
 
 log = logging.getLogger("zerogap.gateway.admin")
 

@@ -16,11 +16,11 @@ from starlette.routing import BaseRoute, Route
 from gateway.admin import admin_routes
 from gateway.asgi import ASGIApp, client_host, header
 from gateway.errors import ApiError, error_body
+from gateway.gateway import Gateway
 from gateway.middleware import ErrorShield, FastPath
 from gateway.pool_info import PATH as METRICS_BACKENDS
 from gateway.pool_info import metrics_backends
 from gateway.proxy import Completions
-from gateway.state import Gateway
 from gateway.upstream import UpstreamClient
 from zerogap.config import Config
 

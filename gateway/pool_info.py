@@ -16,8 +16,8 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.asgi import client_host, header
 from gateway.errors import ApiError
+from gateway.gateway import Gateway
 from gateway.pool import Backend
-from gateway.state import Gateway
 from zerogap.net import public_url
 
 METRICS_KEY = "[server].metrics_key"

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
 
     from gateway.auth import Principal
+    from gateway.gateway import Gateway
     from gateway.pool import ModelPool
-    from gateway.state import Gateway
 
 log = logging.getLogger("zerogap.gateway.proxy")
 T = TypeVar("T")

@@ -14,7 +14,7 @@ import aiohttp
 import uvicorn
 
 from gateway.app import create_app
-from gateway.state import Gateway
+from gateway.gateway import Gateway
 from gateway.upstream import UpstreamClient
 from tests.sse import data_payloads
 from zerogap.config import Config, parse_config
