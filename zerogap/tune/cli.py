@@ -17,6 +17,7 @@ from pathlib import Path
 from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.config import ConfigError, load_config
 from zerogap.config.model import Config
+from zerogap.tune.estimate import estimate
 from zerogap.tune.grid import Candidate, candidates, parse_axis
 from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result, rank
@@ -112,9 +113,10 @@ def main(argv: list[str]) -> int:
         return 2
     out_dir: Path = (args.out or Path("runs") / datetime.now(UTC).strftime("tune-%Y%m%dT%H%M%SZ")).resolve()
     mode = "virtual time" if plan.virtual else f"real time on {plan.engine}"
+    expected = estimate(plan, [candidate.config for candidate in found])
     print(
         f"zerogap tune: {len(found)} candidates in {mode}, steps {list(plan.steps)} x {plan.step_s:g} s; "
-        f"about {plan.estimate_s(len(found)):.0f} s in all; output in {out_dir}",
+        f"{expected.describe(plan.virtual)}; output in {out_dir}",
         flush=True,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the pool it started, as Ctrl-C does
@@ -133,5 +135,8 @@ def main(argv: list[str]) -> int:
     print(
         f"\nbest: {ranked[0].candidate.label}; paste into config.toml:\n\n{paste_lines(ranked[0].candidate.settings)}"
     )
-    print(f"zerogap tune: {time.monotonic() - started:.1f} s; {out_dir / 'tune.json'}, report at {page}")
+    took_s = time.monotonic() - started
+    print(
+        f"zerogap tune: {took_s:.1f} s (estimated {expected.total_s:.0f} s); {out_dir / 'tune.json'}, report at {page}"
+    )
     return 0

@@ -1,0 +1,117 @@
+"""`zerogap tune`'s estimate of its own time: its parts follow the plan (exactly, where they can),
+and it is within a factor 2 of what a short real run and a virtual run took."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.support import zerogap_cmd
+from zerogap.config import parse_config
+from zerogap.config.model import Config
+from zerogap.tune.cli import main as tune_main
+from zerogap.tune.estimate import (
+    HARNESS_REPORT_S,
+    HARNESS_START_S,
+    STARTUP_S,
+    STOP_S,
+    TUNE_REPORT_S,
+    estimate,
+)
+from zerogap.tune.grid import candidates, parse_axis
+from zerogap.tune.plan import TunePlan
+from zerogap.tune.virtual import run_virtual
+
+# held long enough that the run's fixed time, not the machine's load, is most of it
+REAL = TunePlan("sim", (8, 16), 10.0, 6.0, 2.0, 64, 16, 5000.0, 500.0)
+VIRTUAL = TunePlan("sim", (32, 128), 10.0, 6.0, 2.0, 128, 64, 2000.0, 100.0, virtual=True)
+FACTOR = 2.0  # the machine is shared: a loose bound
+
+
+def sim_config(text: str = "") -> Config:
+    return parse_config(text, env={})
+
+
+def test_real_time_parts_follow_the_plan() -> None:
+    one = estimate(REAL, [Config()])
+    part = one.candidates[0]
+    assert part.load_s == REAL.warmup_s + REAL.step_s * len(REAL.steps) == 22.0
+    assert (part.start_s, part.stop_s) == (STARTUP_S["sim"], STOP_S["sim"])
+    assert part.harness_s == HARNESS_START_S + HARNESS_REPORT_S
+    assert one.total_s == pytest.approx(part.total_s + TUNE_REPORT_S)
+    three = estimate(REAL, [Config()] * 3)
+    assert three.total_s == pytest.approx(3 * part.total_s + TUNE_REPORT_S)
+    longer = estimate(replace(REAL, steps=(8, 16, 32), step_s=20.0, warmup_s=5.0), [Config()]).candidates[0]
+    assert longer.load_s == 65.0 and longer.total_s - part.total_s == pytest.approx(43.0)
+    window = estimate(replace(REAL, measure_s=1.0), [Config()])
+    assert window.total_s == one.total_s  # the measure window is the end of the step: no extra time
+    vllm = estimate(replace(REAL, engine="vllm"), [Config()]).candidates[0]
+    assert vllm.start_s == STARTUP_S["vllm"] > part.start_s and vllm.load_s == part.load_s
+
+
+def test_virtual_time_follows_the_model_of_each_candidate() -> None:
+    base = estimate(VIRTUAL, [sim_config()]).candidates[0]
+    assert base.start_s == base.harness_s == base.stop_s == 0.0 and base.load_s > 0
+    twice = estimate(replace(VIRTUAL, step_s=20.0), [sim_config()]).candidates[0]
+    assert twice.load_s == pytest.approx(2 * base.load_s)  # twice the virtual time, twice the engine steps
+    slower = estimate(VIRTUAL, [sim_config("[sim]\ntime_scale = 4")]).candidates[0]
+    assert slower.load_s == pytest.approx(base.load_s / 4)  # 4x longer engine steps: a quarter of them
+    capped = estimate(VIRTUAL, [sim_config("[scheduler]\nmax_num_seqs = 16")]).candidates[0]
+    assert capped.load_s < base.load_s / 2  # 16 sequences advance per step, not 32 and 128
+    parts = [estimate(replace(VIRTUAL, steps=(c,)), [sim_config()]).candidates[0].load_s for c in VIRTUAL.steps]
+    assert base.load_s == pytest.approx(sum(parts))
+
+
+def test_virtual_estimate_is_within_a_factor_2_of_the_cpu_the_simulations_took() -> None:
+    """Virtual time is CPU only, so the CPU the candidates' simulations took (as tune runs them) is
+    what they are compared with: a shared machine's wall time stretches it by however busy it is."""
+    plan = replace(VIRTUAL, steps=(32, 256), step_s=20.0, measure_s=10.0)
+    found = candidates(Config(), [parse_axis("max_num_seqs=16,128"), parse_axis("async_scheduling=false,true")])
+    expected_s = sum(c.load_s for c in estimate(plan, [c.config for c in found]).candidates)
+    cpu_started = time.process_time()
+    for candidate in found:
+        run_virtual(candidate, plan)
+    cpu_s = time.process_time() - cpu_started
+    assert expected_s / FACTOR <= cpu_s <= expected_s * FACTOR, (expected_s, cpu_s)
+
+
+def test_virtual_tune_prints_its_estimate_and_keeps_within_a_factor_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole run, the report included, against the CPU it took (as above)."""
+    grid = ["max_num_seqs=16,128", "async_scheduling=false,true"]
+    expected = estimate(VIRTUAL, [c.config for c in candidates(Config(), [parse_axis(g) for g in grid])])
+    argv = ["--engine", "sim", "--virtual", "--grid", grid[0], "--grid", grid[1], "--steps", "32,128"]
+    argv += ["--step-seconds", "10", "--measure-seconds", "6", "--warmup-seconds", "2", "--out", str(tmp_path / "v")]
+    cpu_started = time.process_time()
+    assert tune_main(argv) == 0
+    cpu_s = time.process_time() - cpu_started
+    printed = capsys.readouterr().out
+    assert f"about {expected.total_s:.0f} s in all" in printed
+    assert expected.total_s / FACTOR <= cpu_s <= expected.total_s * FACTOR, (expected.total_s, cpu_s)
+
+
+@pytest.mark.slow
+def test_real_time_estimate_is_within_a_factor_2_of_a_short_run(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[sim]\ntime_scale = 4\n")  # 2 busy cores keep up with a 4x slower engine
+    expected = estimate(REAL, [Config()])
+    args = ["--config", str(config), "--engine", "sim", "--grid", "max_num_seqs=32", "--steps", "8,16"]
+    args += ["--step-seconds", "10", "--measure-seconds", "6", "--warmup-seconds", "2"]
+    args += ["--input-tokens", "64", "--output-tokens", "16", "--slo", "ttft_ms=5000,tpot_ms=500"]
+    run = subprocess.run(
+        zerogap_cmd("tune", *args, "--out", str(tmp_path / "real")), capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"about {expected.total_s:.0f} s in all" in run.stdout, run.stdout
+    found = re.search(r"zerogap tune: ([0-9.]+) s \(estimated ([0-9]+) s\)", run.stdout)
+    assert found is not None, run.stdout
+    took_s, printed_s = float(found.group(1)), int(found.group(2))
+    assert printed_s == round(expected.total_s)
+    assert took_s >= expected.candidates[0].load_s  # the warm-up and the steps are held for their time
+    assert expected.total_s / FACTOR <= took_s <= expected.total_s * FACTOR, (expected.total_s, took_s)
