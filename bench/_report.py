@@ -111,6 +111,9 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
         unit = " ms" if key.endswith("_ms") else "x"
         summary[key] = spread(f[key], unit, 2 if unit == " ms" else 3)
         print(f"  {key:<40} {summary[key]}")
+    if "workers2.busiest_worker_share" in f:
+        summary["workers2.busiest_worker_share"] = spread(f["workers2.busiest_worker_share"], "", 2)
+        print(f"  {'workers2.busiest_worker_share':<40} {summary['workers2.busiest_worker_share']} (of the CPU)")
     for k in kinds:
         summary[f"{k}.cpu_us_per_token"] = spread(f[f"{k}.cpu_us_per_token"], " us", 1)
         summary[f"{k}.tps"] = spread(f[f"{k}.tps"], " tok/s", 0)

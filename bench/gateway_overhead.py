@@ -1,29 +1,34 @@
-"""What one gateway process costs, next to nginx as a plain streaming proxy, in one run.
+"""What one gateway process costs, next to nginx and the Rust LLM routers, in one run.
 
-Four processes: the upstream (bench/_upstream.py, exact timing), the gateway (`zerogap
-gateway`, one process), nginx (1 worker, `proxy_buffering off`, keep-alive upstream), and the
-load generator (bench/_loadgen.py, its own process, never measured as part of a relay). Round
-after round the load generator drives the upstream directly, through the gateway and through
-nginx, in rotating order, and reads each process's CPU (/proc) within the measured window.
+The processes: the upstream (bench/_upstream.py, exact timing), the gateway (`zerogap gateway`,
+one process), the peers (bench/_peers.py: nginx, 1 worker, `proxy_buffering off`, keep-alive
+upstream; vllm-router 0.1.17 and sglang-router 0.3.2, round_robin to the one upstream, installed
+on first use into the bench's own environment, never the product's), and the load generator
+(bench/_loadgen.py, its own process, never measured as part of a relay). Round after round the
+load generator drives the upstream directly, through the gateway and through each peer, in
+rotating order, and reads the CPU of each process tree (/proc) within the measured window.
 
 Two modes, both by default (`--mode fixed|saturate|both`):
-  fixed     256 streams at the upstream's modest pace (50 ms to the first token, 10 tokens/s
-            per stream, 32 tokens per request): the added TTFT p50 vs direct and vs nginx, and
-            CPU µs per relayed token, one SSE event per read, as a GPU server streams.
+  fixed     `--concurrency` streams (256) at a GPU server's pace (issue 23's upstream: 50 ms to
+            the first token, a token every 50 ms per stream, 64 ± 32 tokens per request): the
+            TPS ratio and the added TTFT p50 and p99 of each relay vs direct, and its CPU µs
+            per relayed token, one SSE event per read, as a GPU server streams.
   saturate  256 streams from a fast upstream (a token every 2 ms per stream, 64 per request,
             more than one process can relay): the most tokens/s each relay passes on, and its
             CPU µs per token (lower than in `fixed`: at its limit a read brings several chunks).
-  workers   (not in `both`) as saturate, one gateway process vs `--workers 2`, no nginx:
-            the tokens/s ratio (target >= 1.7; it needs 2 free cores beside the upstream and
-            the load generator).
-`--baseline DIR` adds a gateway run from another source tree (a `git worktree` of an older
-commit) as one more target: before and after, side by side.
+  workers   (not in `both`) as saturate, one gateway process vs `--workers 2`, no peers:
+            the tokens/s ratio (it needs 2 free cores beside the upstream and the load
+            generator). `--peers workers2` puts `--workers 2` beside one process in `fixed`
+            instead: CPU per token at the same load, and each worker's share of the CPU.
+`--peers` chooses the peers (default: nginx and both routers, those installed or installable).
+`--baseline DIR` adds a gateway run from another source tree (a `git worktree` or `git archive`
+of an older commit) as one more target: before and after, side by side.
 
 Every figure is printed as the median over the rounds with its [min..max]. A relay whose
 CPU is near a full core is at its limit; the load generator's CPU is printed too, and the
 bench says so when it was the one at its limit (then the figure is a floor, not a limit).
 
-    .venv/bin/python -m bench.gateway_overhead [--mode both] [--rounds 5] [--concurrency 256]
+    .venv/bin/python -m bench.gateway_overhead [--mode both] [--rounds 5] [--concurrency 256] [--peers ...]
 """
 
 from __future__ import annotations
