@@ -11,6 +11,7 @@ from typing import Any
 from loadtest._curves import draw_curves
 from loadtest._plots import load_label, load_of
 from loadtest._report import STYLE, ReportError, notes, read_report, steps_table
+from zerogap.html_page import html_page, image_html
 
 PANELS = (
     ("output_tps", "Output tokens/s", "tokens/s"),
@@ -65,15 +66,11 @@ def render_comparison(run_dirs: list[Path], labels: list[str], out_dir: Path) ->
     }
     (out_dir / "comparison.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     title = "zerogap: " + " vs ".join(labels)
-    body = [f"<h1>{html.escape(title)}</h1>", f'<p><img src="{image.name}" alt="comparison"></p>']
+    body = [f"<h1>{html.escape(title)}</h1>", image_html(image.name, "comparison")]
     for label, run_dir, report in zip(labels, run_dirs, reports, strict=True):
         body.append(f"<h2>{html.escape(label)}</h2><p class=note>{html.escape(str(run_dir))}</p>")
         body += [f"<p>{html.escape(text)}</p>" for text in notes(report)]
         body.append(steps_table(report["steps"], label))
     out = out_dir / "report.html"
-    out.write_text(
-        f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{STYLE}</style>"
-        "</head><body>\n" + "\n".join(body) + "\n</body></html>\n",
-        encoding="utf-8",
-    )
+    out.write_text(html_page(title, body, STYLE), encoding="utf-8")
     return out

@@ -21,6 +21,7 @@ from loadtest._record import INTERRUPTED, Recorder
 from loadtest._run_header import run_header
 from loadtest._schema import RunReport
 from loadtest._settings import OutputSection, Settings
+from zerogap.html_page import html_page, image_html
 
 if TYPE_CHECKING:
     from loadtest._timeline import Sample
@@ -201,10 +202,9 @@ def steps_table(steps: list[dict[str, Any]], label: str = "") -> str:
     return "\n".join(lines)
 
 
-STYLE = (  # a wide steps table wraps its headings, and scrolls inside its own box if it still does not fit
-    "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:13px}"
-    "td,th{border:1px solid #ccc;padding:4px 6px;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
-    ".note{color:#555}table.diagnosis td,table.diagnosis th{text-align:left}.wide{overflow-x:auto;max-width:100%}"
+STYLE = (  # on top of the page's base style: a wide steps table wraps its headings, and scrolls inside its own
+    # box if it still does not fit
+    "table.diagnosis td,table.diagnosis th{text-align:left}.wide{overflow-x:auto;max-width:100%}"
     "table.steps{font-size:12px}table.steps th{font-weight:600;min-width:4em;max-width:8em}"
     "table.steps td{max-width:16em}"
 )
@@ -248,7 +248,6 @@ def page(title: str, report: dict[str, Any], images: list[str]) -> str:
     body.append(steps_table(report["steps"]))
     body.append("<h2>Why TPS stops growing</h2>")
     body.append(diagnosis_table(report))
-    body += [f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' for name in images]
+    body += [image_html(name, name) for name in images]
     body.append("<p class=note>Latencies in ms at 0.1 ms resolution, over each step's measured window.</p>")
-    return f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>" \
-        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"  # fmt: skip
+    return html_page(title, body, STYLE)

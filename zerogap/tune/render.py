@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import Curve, curve_styles, draw_curves
+from zerogap.html_page import html_page, image_html
 from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result
 from zerogap.tune.toml_text import paste_lines
@@ -99,10 +100,7 @@ def _plot(ranked: list[Result], path: Path) -> Path:
     return path
 
 
-STYLE = (
-    "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:13px}"
-    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}img{max-width:100%}"
-)
+STYLE = "td,th{padding:4px 8px;text-align:left}"  # on top of the page's base style: the table is words
 
 
 def _rows(ranked: list[Result]) -> str:
@@ -130,7 +128,7 @@ def write_all(ranked: list[Result], plan: TunePlan, out_dir: Path) -> Path:
         f"under TTFT &le; {plan.slo_ttft_ms:g} ms and TPOT &le; {plan.slo_tpot_ms:g} ms, then output TPS.</p>",
         f"<p>Best: <b>{html.escape(ranked[0].candidate.label)}</b>. The config.toml lines to paste:</p>",
         f"<pre>{html.escape(data['best']['config_toml'])}</pre>",
-        f'<p><img src="{image.name}" alt="TPS against concurrency per candidate"></p>',
+        image_html(image.name, "TPS against concurrency per candidate"),
         *[
             f"<p>{html.escape(label)} measured the same as {html.escape(first)}: its curves lie on the other's "
             "(drawn dashed over them, so both show).</p>"
@@ -139,9 +137,5 @@ def write_all(ranked: list[Result], plan: TunePlan, out_dir: Path) -> Path:
         _rows(ranked),
     ]
     out = out_dir / "report.html"
-    out.write_text(
-        f"<!doctype html><html><head><meta charset=utf-8><title>zerogap tune</title><style>{STYLE}</style>"
-        "</head><body>\n" + "\n".join(body) + "\n</body></html>\n",
-        encoding="utf-8",
-    )
+    out.write_text(html_page("zerogap tune", body, STYLE), encoding="utf-8")
     return out
