@@ -1,6 +1,6 @@
 """Run the stepped Locust harness (`locust -f loadtest/ --headless --settings F`) as a
-child process: its output into a log, its one-line-per-step progress onto the console,
-Ctrl-C / SIGTERM never leaving it running. Used by `zerogap demo` and `zerogap tune`."""
+child process: its output into a log, its line per step (and the reason a run stopped early)
+onto the console, Ctrl-C / SIGTERM never leaving it running. Used by `zerogap demo` and `zerogap tune`."""
 
 from __future__ import annotations
 
@@ -42,13 +42,17 @@ def _raise_if_deferred() -> None:
         raise KeyboardInterrupt
 
 
+RELAYED = ("zerogap step", "zerogap loadtest: ", "Fix: ")  # each step's final line; why a run stopped, and the fix
+
+
 def _relay_progress(proc: subprocess.Popen[str], log_path: Path, indent: str) -> None:
-    """The harness's output into its log; its one-line-per-step progress onto the console."""
+    """The harness's output into its log; its line per step (not the lines every few seconds) and the
+    reason a run stopped early onto the console."""
     assert proc.stdout is not None
     with log_path.open("w", encoding="utf-8") as log:
         for line in proc.stdout:
             log.write(line)
-            if line.startswith("zerogap step"):
+            if line.startswith(RELAYED):
                 print(indent + line.rstrip(), flush=True)
 
 
@@ -72,4 +76,6 @@ def run_locust(settings: Path, env: Mapping[str, str], log_path: Path, indent: s
             proc.terminate()
         proc.wait(30)
         relay.join(5)
+        if proc.stdout is not None and not relay.is_alive():
+            proc.stdout.close()
     return proc.returncode

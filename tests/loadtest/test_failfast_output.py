@@ -3,10 +3,14 @@ instead, and a run stopped for a reason prints that reason, not an empty table a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.helpers import run_locust, write_settings
+from zerogap import locust_run
 
 
 def test_a_base_url_ending_in_v1_says_what_to_set(tmp_path: Path) -> None:
@@ -40,3 +44,14 @@ def test_a_fail_fast_stop_prints_the_reason_and_no_table(tmp_path: Path) -> None
     assert "knee:" not in result.stdout and "out tok/s" not in result.stdout, result.stdout
     assert "zerogap step" not in result.stdout and "zerogap report:" not in result.stdout, result.stdout
     assert (tmp_path / "runs" / "lost" / "report.json").is_file()  # the run folder is still written
+
+
+def test_demo_and_tune_show_why_their_run_stopped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """zerogap.locust_run (the child run of `zerogap demo` / `zerogap tune`) relays the reason and the fix."""
+    with UpstreamServer(Behavior(fail_status=401, num_failures=None)) as up:
+        settings = write_settings(tmp_path / "s.json", up.url, tmp_path / "runs", "refused")
+        returncode = locust_run.run_locust(settings, dict(os.environ), tmp_path / "locust.log")
+    console = capsys.readouterr().out
+    assert returncode == 1
+    assert "  zerogap loadtest: the first 20 requests all failed with HTTP 401" in console, console
+    assert "  Fix: the key was refused." in console and "zerogap progress" not in console
