@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from backends.sim.calibrate_runs import Observation
 from backends.sim.fit_terms import Plan, Term, base_values, plan_terms
 from backends.sim.least_squares import Vector, least_squares, standard_errors
-from backends.sim.pool_plan import Load, Predicted, Window, predict
+from backends.sim.pool_plan import Predicted
 from backends.sim.settings import SimSettings
+from backends.sim.stepped import Schedule, Step, measure_steps, simulate
 
 TTFT_WEIGHT = 0.5  # TTFT p50 is the noisiest figure of a step (it rides on the step boundaries)
 UNSTEADY_WEIGHT = 0.5
@@ -46,18 +47,28 @@ class Calibration:
     log_errors: list[float] = field(default_factory=list)  # each term's standard error, in log terms (inf: unseen)
 
 
-def window_for(o: Observation) -> Window:
-    """Long enough for a steady state and a few dozen requests, short enough to run fast."""
-    e2e_s = (o.e2e_p50_ms or _e2e_guess_ms(o)) / 1000.0
-    warm = max(1.0, 1.5 * e2e_s)
-    measure = min(max(3.0, 24.0 / o.users) * e2e_s, 60.0)
-    return Window(warm, max(measure, 1.0))
-
-
-def _e2e_guess_ms(o: Observation) -> float:
+def _e2e_s(o: Observation) -> float:
+    if o.e2e_p50_ms is not None:
+        return o.e2e_p50_ms / 1000.0
     if o.tpot_p50_ms is not None:
-        return (o.ttft_p50_ms or 0.0) + o.tpot_p50_ms * o.output_tokens
-    return 1000.0 * o.users * o.output_tokens / o.output_tps
+        return ((o.ttft_p50_ms or 0.0) + o.tpot_p50_ms * o.output_tokens) / 1000.0
+    return o.users * o.output_tokens / o.output_tps
+
+
+def schedule_of(observations: list[Observation], replicas: int) -> tuple[Schedule, list[Observation]]:
+    """One run's steps as a schedule for one replica (its share of the users), each step
+    shortened to what a steady window needs: a few request lifetimes before it and enough
+    requests in it (a 3-minute step costs no more than a 20-second one)."""
+    steps = sorted(observations, key=lambda o: o.index)
+    out = []
+    for o in steps:
+        e2e = _e2e_s(o)
+        measure = min(o.measure_s or 1e9, max(2.0, 16.0 / o.users) * e2e, 60.0)
+        pre = min(max(o.step_s - o.measure_s, 0.0), max(1.5 * e2e, 1.0))
+        out.append(Step(max(1, round(o.users / replicas)), pre + max(measure, 0.5), max(measure, 0.5)))
+    first = steps[0]
+    warmup = min(first.warmup_s, max(1.5 * _e2e_s(first), 1.0))
+    return Schedule(tuple(out), first.prompt_tokens, first.output_tokens, warmup_s=warmup), steps
 
 
 def with_engine_signals(
@@ -99,7 +110,10 @@ class _Objective:
         self.replicas = replicas
         self.terms = plan.terms
         self.base = {**base_values(settings), **plan.fixed}
-        self.windows = [window_for(o) for o in observations]
+        runs: dict[tuple[str, int, int], list[Observation]] = {}
+        for o in observations:  # a run with several prompt lengths is one schedule per length
+            runs.setdefault((o.run, o.prompt_tokens, o.output_tokens), []).append(o)
+        self.schedules = [schedule_of(group, replicas) for group in runs.values()]
         self.num_evaluations = 0
 
     def settings_at(self, x: Vector) -> SimSettings:
@@ -110,22 +124,28 @@ class _Objective:
         return self.settings.with_flags(**values)
 
     def predictions(self, x: Vector) -> list[Predicted]:
+        """In the order of self.observations; TPS and the running count summed over the replicas."""
         settings = self.settings_at(x)
         self.num_evaluations += 1
-        return [
-            predict(settings, Load(o.users, o.prompt_tokens, o.output_tokens), self.replicas, w, seed=o.index)
-            for o, w in zip(self.observations, self.windows, strict=True)
-        ]
+        found: dict[int, Predicted] = {}
+        for seed, (schedule, steps) in enumerate(self.schedules):
+            for o, p in zip(steps, measure_steps(simulate(settings, schedule, seed), schedule), strict=True):
+                found[id(o)] = replace(
+                    p, output_tps=p.output_tps * self.replicas, running_mean=p.running_mean * self.replicas
+                )
+        return [found[id(o)] for o in self.observations]
 
     def __call__(self, x: Vector) -> Vector:
         out: list[float] = []
         for o, p in zip(self.observations, self.predictions(x), strict=True):
             w = 1.0 if o.steady else UNSTEADY_WEIGHT
             out.append(w * _log_ratio(p.output_tps, o.output_tps))
-            if o.tpot_p50_ms is not None:
-                out.append(w * _log_ratio(p.tpot_p50_ms, o.tpot_p50_ms))
-            if o.ttft_p50_ms is not None:
-                out.append(w * TTFT_WEIGHT * _log_ratio(p.ttft_p50_ms, o.ttft_p50_ms))
+            if o.tpot_mean_ms is not None or o.tpot_p50_ms is not None:
+                tpot = (p.tpot_mean_ms, o.tpot_mean_ms) if o.tpot_mean_ms else (p.tpot_p50_ms, o.tpot_p50_ms or 0.0)
+                out.append(w * _log_ratio(*tpot))
+            if o.ttft_mean_ms is not None or o.ttft_p50_ms is not None:
+                ttft = (p.ttft_mean_ms, o.ttft_mean_ms) if o.ttft_mean_ms else (p.ttft_p50_ms, o.ttft_p50_ms or 0.0)
+                out.append(w * TTFT_WEIGHT * _log_ratio(*ttft))
             if o.gpu_busy is not None:
                 out.append(w * _log_ratio(max(p.gpu_busy, 0.01), max(o.gpu_busy, 0.01)))
             if o.cpu_interval_ms is not None:

@@ -32,12 +32,16 @@ class Observation:
     tpot_p50_ms: float | None
     ttft_p50_ms: float | None
     e2e_p50_ms: float | None
+    tpot_mean_ms: float | None  # the means are what the fit matches (smoother than the p50s)
+    ttft_mean_ms: float | None
     gpu_busy: float | None  # 0-1; None: the run had no GPU figure
     cpu_interval_ms: float | None  # the engine's CPU work per step (the sim exports it; vLLM does not)
     running_mean: float | None
     kv_usage_mean: float | None  # 0-1
     max_num_seqs: int | None  # what the engines said their cap was
     measure_s: float
+    step_s: float  # how long the step held (the window is its last measure_s)
+    warmup_s: float  # the run's warm-up before its first step
     steady: bool = True  # False: TPS moved within the window (timeline.csv); the step counts half
 
     @property
@@ -61,8 +65,10 @@ def read_runs(run_dirs: list[Path]) -> Runs:
         except ReportError as exc:
             raise CalibrationError(str(exc)) from None
         workload = _workload(run_dir)
-        for step in report["steps"]:
-            observation, why = _observation(run_dir.name, step, rows, workload)
+        steps = report["steps"]
+        warmup_s = float(steps[0].get("start_s") or 0.0) if steps else 0.0
+        for step in steps:
+            observation, why = _observation(run_dir.name, step, rows, workload, warmup_s)
             if observation is None:
                 notes.append(f"{run_dir.name} step {step.get('index')}: left out ({why})")
             else:
@@ -84,13 +90,13 @@ def _workload(run_dir: Path) -> dict[str, Any]:
     return workload if isinstance(workload, dict) else {}
 
 
-def _p50(figures: Any) -> float | None:
-    value = figures.get("p50") if isinstance(figures, dict) else None
+def _p50(figures: Any, key: str = "p50") -> float | None:
+    value = figures.get(key) if isinstance(figures, dict) else None
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _observation(
-    run: str, step: dict[str, Any], rows: list[dict[str, Any]], workload: dict[str, Any]
+    run: str, step: dict[str, Any], rows: list[dict[str, Any]], workload: dict[str, Any], warmup_s: float
 ) -> tuple[Observation | None, str]:
     if step.get("concurrency") is None:
         return None, "an open-loop step: calibrate fits closed-loop (users) steps"
@@ -115,12 +121,16 @@ def _observation(
             tpot_p50_ms=_p50(step.get("tpot_ms")),
             ttft_p50_ms=_p50(step.get("ttft_ms")),
             e2e_p50_ms=_p50(step.get("e2e_ms")),
+            tpot_mean_ms=_p50(step.get("tpot_ms"), "mean"),
+            ttft_mean_ms=_p50(step.get("ttft_ms"), "mean"),
             gpu_busy=float(gpu["mean"]) / 100.0 if isinstance(gpu, dict) and gpu.get("mean") is not None else None,
             cpu_interval_ms=step.get("cpu_interval_ms"),
             running_mean=backend.get("running_mean"),
             kv_usage_mean=backend.get("kv_cache_usage_mean"),
             max_num_seqs=int(cap) if cap else None,
             measure_s=float(step.get("duration_s") or 0.0),
+            step_s=float(step["end_s"]) - float(step["start_s"]),
+            warmup_s=warmup_s,
             steady=_steady(rows, float(step["end_s"]), float(step.get("duration_s") or 0.0)),
         ),
         "",

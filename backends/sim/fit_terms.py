@@ -72,17 +72,21 @@ def plan_terms(settings: SimSettings, observations: list[Observation]) -> Plan:
             f"split; fitted their sums, split as in CONFIG (fixed {c.forward_fixed_ms:g} : {c.interval_fixed_ms:g}, "
             f"per sequence {c.forward_per_seq_ms:g} : {sum(getattr(c, f) for f in per_seq):g})"
         )
+    gap = ASSUMED_CLIENT_GAP_MS / settings.time_scale
+    fixed["client_gap_ms"] = gap
+    gap_note = (
+        f"client_gap_ms assumed {gap:g} (the load generator's turnaround; a step's figures do not pin it down: "
+        "it only moves where in an engine step the next request lands)"
+    )
     if has_ttft:
         terms.append(Term(("forward_per_prefill_token_ms",)))
         if len(prompts) >= 2:
-            terms.append(Term(("client_gap_ms",)))
+            notes.append(gap_note + f"; the prefill cost from TTFT against prompt length ({prompts[0]}-{prompts[-1]})")
         else:
-            gap = ASSUMED_CLIENT_GAP_MS / settings.time_scale
-            fixed["client_gap_ms"] = gap
             notes.append(
                 f"one prompt length ({prompts[0]} tokens): the prefill cost and the load generator's turnaround "
-                f"both shift TTFT by a constant; client_gap_ms assumed {gap:g} (add a run with another prompt "
-                "length to fit both)"
+                f"both shift TTFT by a constant; {gap_note}, and the prefill cost takes up the rest (add a run "
+                "with another prompt length to pin the prefill cost down)"
             )
     else:
         notes.append("no TTFT figure: forward_per_prefill_token_ms and client_gap_ms kept as in CONFIG")

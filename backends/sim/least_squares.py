@@ -31,7 +31,7 @@ class Solution:
 
 
 def least_squares(
-    f: Residuals, x0: Vector, h: float = 0.04, max_iterations: int = 12, bound: float = 7.0, settled: float = 0.02
+    f: Residuals, x0: Vector, h: float = 0.08, max_iterations: int = 12, bound: float = 7.0, settled: float = 0.02
 ) -> Solution:
     """x minimising |f(x)|^2, each coordinate kept within [-bound, bound].
 
@@ -50,11 +50,15 @@ def least_squares(
         r_new = f(x + step)
         evaluations += 1
         if r_new @ r_new < r @ r:
+            was_fresh = fresh
             jac = jac + np.outer(r_new - r - jac @ step, step) / max(float(step @ step), 1e-300)
             x, r, fresh, failures = x + step, r_new, False, 0
             damping = max(damping / 3.0, 1e-6)
             if float(np.abs(step).max(initial=0.0)) < settled:
-                break
+                if was_fresh:
+                    break
+                jac, fresh = _jacobian(f, x, r, h), True  # settled along an updated Jacobian: check it
+                evaluations += x.size
         elif fresh:
             failures += 1
             if failures >= 3:

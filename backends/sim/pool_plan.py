@@ -39,6 +39,8 @@ class Predicted:
     cpu_interval_ms: float
     running_mean: float  # summed over the replicas
     num_requests: int
+    ttft_mean_ms: float | None = None
+    tpot_mean_ms: float | None = None
 
 
 def shares(users: int, replicas: int) -> list[int]:

@@ -14,16 +14,17 @@ be tested on engines whose parameters are known.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from backends.sim import stepped
 from backends.sim.settings import SimSettings
+from backends.sim.stepped import Schedule, Step
 from backends.sim.steps import StepRecord
-from backends.sim.virtual import Arrival, VirtualEngine, VirtualRequest, VirtualRun, random_prompt
+from backends.sim.virtual import VirtualRun
 from loadtest import RunReport
 from loadtest._timeline import write_csv
 
@@ -54,23 +55,9 @@ class Stepped:
 
 
 def simulate(settings: SimSettings, plan: Stepped) -> VirtualRun:
-    rng = random.Random(plan.seed)
-    gap_s = plan.client_gap_ms / 1000.0
-
-    def arrival(t_s: float, user: int) -> Arrival:
-        return Arrival(t_s, random_prompt(rng, plan.prompt_tokens), plan.output_tokens, user=user)
-
-    starts = [arrival(i / plan.steps[0], i) for i in range(plan.steps[0])]
-    for k, users in enumerate(plan.steps):
-        before = plan.steps[k - 1] if k else plan.steps[0]
-        t0 = plan.warmup_s + k * plan.step_s
-        starts += [arrival(t0 + (i - before) / max(users - before, 1), i) for i in range(before, users)]
-
-    def on_finish(record: VirtualRequest, t_s: float) -> list[Arrival]:
-        t_next = t_s + rng.uniform(0.0, 2.0 * gap_s)
-        return [arrival(t_next, record.user)] if record.user < plan.users_at(t_next) else []
-
-    return VirtualEngine(settings).run(starts, plan.end_s, on_finish)
+    steps = tuple(Step(users, plan.step_s, plan.measure_s) for users in plan.steps)
+    schedule = Schedule(steps, plan.prompt_tokens, plan.output_tokens, warmup_s=plan.warmup_s)
+    return stepped.simulate(settings.with_flags(client_gap_ms=plan.client_gap_ms), schedule, plan.seed)
 
 
 def _latency(values_ms: list[float]) -> dict[str, float] | None:
@@ -166,15 +153,16 @@ def _step(
     }
 
 
-def write_run(run_dir: Path, settings: SimSettings, plan: Stepped, gpu_busy: bool = True) -> Path:
-    """Simulate the stepped run and write its folder; gpu_busy=False leaves GPU figures out (as a
-    run without a GPU source has them)."""
+def write_run(run_dir: Path, settings: SimSettings, plan: Stepped, engine_signals: bool = True) -> Path:
+    """Simulate the stepped run and write its folder; engine_signals=False leaves GPU busy and the
+    CPU interval out (as a run against vLLM without a GPU source has them)."""
     run = simulate(settings, plan)
     samples = _samples(run, plan)
     steps = [_step(i, plan, settings, run, samples) for i in range(len(plan.steps))]
-    if not gpu_busy:
+    if not engine_signals:
         for step in steps:
             step["gpu_util"], step["gpu_util_reason"] = None, "gpu_util.source is none"
+            step["cpu_interval_ms"] = None
     totals = {
         "requests_ok": len(run.requests),
         "requests_failed": 0,
@@ -200,19 +188,19 @@ def write_run(run_dir: Path, settings: SimSettings, plan: Stepped, gpu_busy: boo
     RunReport.model_validate(report)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    write_csv([_row(s, plan, gpu_busy) for s in samples], run_dir / "timeline.csv")
+    write_csv([_row(s, plan, engine_signals) for s in samples], run_dir / "timeline.csv")
     workload = {"prompt_tokens": plan.prompt_tokens, "max_output_tokens": plan.output_tokens}
     (run_dir / "settings.json").write_text(json.dumps({"workload": workload}), encoding="utf-8")
     return run_dir
 
 
-def _row(sample: dict[str, float], plan: Stepped, gpu_busy: bool) -> dict[str, Any]:
+def _row(sample: dict[str, float], plan: Stepped, signals: bool) -> dict[str, Any]:
     t = sample["t"]
     k = min(int((t - plan.warmup_s) // plan.step_s), len(plan.steps) - 1)
     phase = "warmup" if t < plan.warmup_s else f"step{k}"
     return {
         "time_s": round(t, 3), "phase": phase, "users": plan.users_at(t - 1e-9),
-        "output_tps": sample["tokens"] / SAMPLE_S, "gpu_util": round(100 * sample["busy"], 2) if gpu_busy else None,
-        "gpu_util_reason": "" if gpu_busy else "gpu_util.source is none", "backend_running": sample["running"],
-        "cpu_interval_ms": sample["cpu_ms"],
+        "output_tps": sample["tokens"] / SAMPLE_S, "gpu_util": round(100 * sample["busy"], 2) if signals else None,
+        "gpu_util_reason": "" if signals else "gpu_util.source is none", "backend_running": sample["running"],
+        "cpu_interval_ms": sample["cpu_ms"] if signals else None,
     }  # fmt: skip
