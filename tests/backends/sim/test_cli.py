@@ -130,3 +130,49 @@ def test_sigterm_stops_the_server_cleanly(tmp_path):
     finally:
         stop_process(proc)
     assert "Traceback" not in log.read_text()
+
+
+def test_plan_prints_times_in_ms_and_compare_prints_ratio_lines(capsys):
+    argv = ["plan", "--config", "/dev/null", "--concurrency", "32", "--compare", "--step-duration-s", "20",
+            "--measure-last-s", "10", "--output-tokens", "64", "--prompt-tokens", "64"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "times in ms" in out and "ttft_p50_ms" in out and "tpot_p50_ms" in out and "_s " not in out
+    ratios = [
+        line for line in out.splitlines() if line.startswith(("slot_reuse/baseline", "async+slot_reuse/baseline"))
+    ]
+    assert len(ratios) == 2, out
+    for line in ratios:
+        assert "at 32 users: output TPS" in line and "GPU busy" in line and "TTFT p50" in line and "TPOT p50" in line
+    async_tps = float(ratios[1].split("output TPS ")[1].split("x")[0])
+    assert async_tps > 1.2  # async + slot reuse against the baseline
+
+
+def test_capacity_answer_is_the_fewest_replicas_that_meet_the_slo(tmp_path, capsys):
+    """An engine whose decode step is 10 ms + 1 ms per sequence (no prefill cost, no client gap,
+    no slot reuse): TPOT p50 = 10 + n ms at n users per replica, so TPOT <= 40.5 ms holds up to 30
+    users per replica, and 100 users need 4 replicas (3 would hold 33-34 each)."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        "[token_interval]\nasync_scheduling = false\nslot_reuse = false\n\n[sim]\nforward_fixed_ms = 6.0\n"
+        "interval_fixed_ms = 4.0\nforward_per_seq_ms = 0.5\ninterval_per_seq_ms = 0.25\n"
+        "interval_schedule_per_seq_ms = 0.25\nforward_per_prefill_token_ms = 0.0\n"
+    )
+    argv = ["plan", "--config", str(config), "--users", "100", "--slo", "ttft_ms=100000,tpot_ms=40.5",
+            "--prompt-tokens", "16", "--output-tokens", "32", "--step-duration-s", "12", "--measure-last-s", "8"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    print(out)
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0] for row in rows] == ["1", "2", "3", "4"]
+    assert [row[1] for row in rows] == ["100", "50", "33-34", "25"]
+    assert all("missed:" in " ".join(row) for row in rows[:3]) and rows[3][-1] == "met"
+    assert float(rows[3][4]) == pytest.approx(10 + 25, rel=0.02)  # TPOT p50 of 25 users a replica
+    assert "answer: 4 replica(s) serve 100 users" in out
+
+
+def test_capacity_needs_both_slos(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["plan", "--config", "/dev/null", "--users", "8", "--slo", "ttft_ms=100"])
+    assert exc.value.code == 2
+    assert "has no tpot_ms" in capsys.readouterr().err
