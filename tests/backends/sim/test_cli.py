@@ -159,7 +159,8 @@ def test_capacity_answer_is_the_fewest_replicas_that_meet_the_slo(tmp_path, caps
         "interval_schedule_per_seq_ms = 0.25\nforward_per_prefill_token_ms = 0.0\n"
     )
     argv = ["plan", "--config", str(config), "--users", "100", "--slo", "ttft_ms=100000,tpot_ms=40.5",
-            "--prompt-tokens", "16", "--output-tokens", "32", "--step-duration-s", "12", "--measure-last-s", "8"]  # fmt: skip
+            "--prompt-tokens", "16", "--output-tokens", "32", "--step-duration-s", "12",
+            "--measure-last-s", "8"]  # fmt: skip
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     print(out)
