@@ -46,13 +46,14 @@ def size(png: Path) -> tuple[int, int]:
 # is drawn or has failed, writes what each page shows into <pre id="zg-facts"> as JSON: the
 # range its time control states, per graph the range prom_console.js queried, the x domain that
 # Rickshaw drew and the first and last x with a finite value, and any "NaN" in the page's text.
+# The frames are 800 px wide: a graph queries one point per pixel, and the range does not depend on it.
 _PROBE_PAGE = """<!doctype html>
 <html><body><pre id="zg-facts">waiting</pre>
 <script>
 var pages = PAGES;
 var frames = pages.map(function (page) {
   var frame = document.createElement("iframe");
-  frame.style.width = "1400px"; frame.style.height = "1600px"; frame.src = page.url;
+  frame.style.width = "800px"; frame.style.height = "1600px"; frame.src = page.url;
   document.body.appendChild(frame);
   return frame;
 });

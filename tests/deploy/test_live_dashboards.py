@@ -9,6 +9,7 @@ ZEROGAP_DASHBOARD_PNG_DIR=DIR keeps the rendered PNGs (the README's pictures).""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 import urllib.error
@@ -22,10 +23,14 @@ import pytest
 from tests.deploy.checks import ENGINE_SERIES, dashboard_problems, finite_values, wait_for_series
 from tests.deploy.load import Load
 from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, grafana_panels, recording_rules
+from tests.deploy.pictures import drawn_pages
 from tests.deploy.stack import Stack, prom_api, start_gateway, start_locust, start_prometheus, start_sim
 from tests.tools import require_tool
 
 pytestmark = pytest.mark.slow
+
+MIN_RANGE_S = 20  # the range test waits until the data is this old: a series' first seconds are a small share
+MIN_DATA_SHARE = 0.7  # "most of the graph's width"
 
 # Every raw series the dashboards read, as the gateway and the engines export them.
 RAW_SERIES = [
@@ -87,9 +92,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         start_sim(stack, "sim-async", "async")
         doomed = start_sim(stack, "sim-doomed", "async")
         start_gateway(stack)
-        start_locust(stack, steps=[2, 4], step_s=60)
+        start_locust(stack, steps=[2, 4], step_s=120)  # outlasts the module on a busy machine
         start_prometheus(stack)
-        load = Load(stack, max_seconds=180).start()
+        load = Load(stack, max_seconds=240).start()
         time.sleep(3)
         kill_when_busy(stack, "sim-doomed", doomed)
         wait_for_series(stack, [*RAW_SERIES, *recording_rules()], timeout_s=60)
@@ -156,6 +161,56 @@ def test_console_dashboard_shows_data(live: Stack, page: str, tmp_path: Path) ->
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(png, Path(keep) / png.name)
+
+
+def data_start_s(stack: Stack) -> float:
+    """When Prometheus's data begins: its first scrape of the gateway."""
+    end = time.time()
+    data = prom_api(
+        stack, "query_range", query='up{job="zerogap-gateway"}', start=str(end - 900), end=str(end), step="1"
+    )
+    return min(float(v[0]) for r in data["result"] for v in r["values"])
+
+
+def test_console_graphs_span_the_range_they_state(live: Stack) -> None:
+    """Each page with ?range= as long as the load has run (the data's age, whole seconds): the time
+    control states that range, every graph asks for it and draws an x axis that long (not the hour
+    prom_console.js defaults to), and the load's samples fill most of it; no panel shows NaN."""
+    start_s = data_start_s(live)
+    while time.time() - start_s < MIN_RANGE_S:  # after the pages above it never waits; run alone, it may
+        time.sleep(1)
+    range_s = int(time.time() - start_s)
+    drawn = drawn_pages(
+        live.prometheus_url, live.workdir / "consoles", {p: f"{p}?range={range_s}s" for p in CONSOLE_PAGES}
+    )
+    for page, shown in drawn.items():
+        assert shown.range_s == range_s, (page, shown.range_text)
+        assert shown.nan_lines == [], page
+        for graph in shown.graphs:
+            assert graph.error is None and graph.duration_s == range_s, (page, graph)
+            assert abs(graph.domain_s - range_s) <= 0.02 * range_s, (page, graph)
+            assert graph.data_share >= MIN_DATA_SHARE, (page, graph)
+
+
+def shown_step(stack: Stack) -> str:
+    with urllib.request.urlopen(f"{stack.prometheus_url}/consoles/loadtest.html", timeout=10) as resp:
+        page = resp.read().decode()
+    cells = re.findall(r"<td>(.*?)</td>", page[page.index('class="zg-big"') :], flags=re.DOTALL)
+    return re.sub(r"<[^>]+>", "", cells[1]).strip()  # Users, Step, ...
+
+
+def test_load_generator_page_counts_steps_from_one(live: Stack) -> None:
+    """The harness exports the step running now from 0 (its console prints "step 1/2" for it): the
+    page shows it from 1, as the console does. Read between two equal readings of the exporter's
+    figure, so that a step that changes meanwhile is read again."""
+    for _ in range(5):
+        before = finite_values(prom_api(live, "query", query="max(zerogap_loadtest_step)")["result"])
+        shown = shown_step(live)
+        after = finite_values(prom_api(live, "query", query="max(zerogap_loadtest_step)")["result"])
+        if before == after:
+            break
+    assert before == after and before[0] in (0, 1), (before, after)  # steps [2, 4]: 0 or 1 while the load runs
+    assert shown == f"{before[0] + 1:.0f}"
 
 
 def test_dashboard_check_can_fail(live: Stack, tmp_path: Path) -> None:
