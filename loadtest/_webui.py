@@ -89,15 +89,17 @@ def prefill_form(options: Namespace | None, plan: Plan) -> None:
 
 
 def ignored_form_values(options: Namespace | None, plan: Plan) -> str | None:
-    """What to tell a user who asked for other users or ramp-up (the form, -u, -r): the steps rule."""
+    """What to tell a user who asked for other users, ramp-up or run time (the form, -u, -r, -t): the steps rule."""
     users, spawn_rate = form_values(plan)
     asked_users = getattr(options, "num_users", None)
     asked_rate = getattr(options, "spawn_rate", None)
-    if asked_users in (None, users) and asked_rate in (None, spawn_rate):
+    asked_time_s = getattr(options, "run_time", None)
+    if asked_users in (None, users) and asked_rate in (None, spawn_rate) and not asked_time_s:
         return None
     return (
-        f"the run follows settings.json's steps (the first: {users} users, ramp-up {spawn_rate:g}/s), not the "
-        f"users ({asked_users}) and ramp-up ({asked_rate}) asked for: change load_test.steps or load_test.spawn_rate"
+        f"the run follows settings.json's steps (the first: {users} users, ramp-up {spawn_rate:g}/s; "
+        f"{plan.total_s:g} s in all), not the users ({asked_users}), ramp-up ({asked_rate}) or run time "
+        f"({asked_time_s}) asked for: change load_test.steps, load_test.spawn_rate or step_duration_seconds"
     )
 
 
