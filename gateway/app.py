@@ -21,6 +21,8 @@ from gateway.middleware import ErrorShield, FastPath
 from gateway.pool_info import PATH as METRICS_BACKENDS
 from gateway.pool_info import metrics_backends
 from gateway.proxy import Completions
+from gateway.tokenize_route import PATHS as TOKENIZE_PATHS
+from gateway.tokenize_route import tokenize
 from gateway.upstream import UpstreamClient
 from zerogap.config import Config
 
@@ -128,8 +130,10 @@ def fast_routes(prefix: str) -> dict[str, ASGIApp]:
 
 def routes(prefix: str) -> list[BaseRoute]:
     api: list[BaseRoute] = [Route("/v1/models", models, methods=["GET"])]
+    api += [Route(path, tokenize, methods=["POST"]) for path in TOKENIZE_PATHS]
     if prefix:
         api.append(Route(prefix + "/v1/models", models, methods=["GET"]))
+        api += [Route(prefix + path, tokenize, methods=["POST"]) for path in TOKENIZE_PATHS]
     return [
         *api,
         Route("/health", health, methods=["GET"]),
