@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from loadtest._diagnosis_reading import Reading, as_step, at_engines, p50, pct
 from loadtest._schema import LIMITS, Diagnosis, Limit, Step
 
@@ -240,8 +242,28 @@ def diagnose_steps(steps: Sequence[Step]) -> list[Diagnosis]:
 
 
 def diagnose(steps: Sequence[Step | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """report.json's `diagnosis` from its `steps` (typed, or as read from the file): one entry per step."""
-    return [entry.model_dump(exclude_unset=True) for entry in diagnose_steps([as_step(step) for step in steps])]
+    """report.json's `diagnosis` from its `steps` (typed, or as read from the file): one entry per step.
+    Steps whose figures do not match the schema (a zerogap bug: the harness still writes the run) get
+    one entry each that says so, instead of no report."""
+    try:
+        typed = [as_step(step) for step in steps]
+    except ValidationError as exc:
+        return [_unread(step, exc) for step in steps]
+    return [entry.model_dump(exclude_unset=True) for entry in diagnose_steps(typed)]
+
+
+def _unread(step: Step | Mapping[str, Any], exc: ValidationError) -> dict[str, Any]:
+    figures = step.model_dump() if isinstance(step, Step) else step
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return {
+        "step": figures.get("index"),
+        "concurrency": figures.get("concurrency", figures.get("users")),
+        "limit": "none",
+        "evidence": f"not diagnosed: the steps do not match report.json's schema ({where}: {first['msg']}); "
+        "please report this",
+        "advice": "none",
+    }
 
 
 def headline(diagnosis: Sequence[Diagnosis | Mapping[str, Any]]) -> str:

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from loadtest import diagnose, headline
 from loadtest._diagnosis import diagnose_step, diagnose_steps
+from loadtest._diagnosis_reading import as_step
 from tests.loadtest.diagnosis_steps import limit, step
 
 
@@ -88,5 +89,9 @@ def test_a_step_read_from_an_older_report_or_a_virtual_run_is_typed_with_what_it
     (entry,) = diagnose([partial])
     assert entry["limit"] == "batch_cap" and entry["step"] == 2, entry
     assert "running 16.0 of a cap of 16, waiting 48.0" in entry["evidence"]
+    # a figure of the wrong type (a zerogap bug): the run's report is still written, the entry says why
+    (unread,) = diagnose([{**partial, "backend": {"running_mean": "sixteen"}}])
+    assert unread["step"] == 2 and unread["limit"] == "none", unread
+    assert "not diagnosed" in unread["evidence"] and "backend.running_mean" in unread["evidence"]
     with pytest.raises(ValidationError, match=r"backend\.running_mean"):
-        diagnose([{**partial, "backend": {"running_mean": "sixteen"}}])
+        as_step({**partial, "backend": {"running_mean": "sixteen"}})
