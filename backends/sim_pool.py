@@ -11,6 +11,7 @@ from typing import IO
 from backends.pool import check_ports, pool_summary, replica_log
 from backends.sim.settings import settings_from_config
 from backends.supervisor import Child, ChildSpec, Hooks
+from zerogap.commands import zerogap_command
 from zerogap.config import Config
 
 
@@ -22,7 +23,7 @@ def sim_specs(config: Config, config_path: Path, log_dir: Path | None) -> list[C
     specs = []
     for i in range(engine.replicas):
         port = engine.base_port + i
-        argv = [sys.executable, "-m", "zerogap", "sim", "--config", str(config_path.resolve())]
+        argv = zerogap_command("sim", "--config", str(config_path.resolve()))
         argv += ["--host", engine.host, "--port", str(port), "--model", model]
         name = f"replica{i}"
         specs.append(ChildSpec(name, argv, engine.host, port, env, "/health", replica_log(log_dir, name)))

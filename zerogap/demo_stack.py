@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
+from zerogap.commands import zerogap_command
 
 KEY_ENV = "ZEROGAP_DEMO_KEY"
 HOST = "127.0.0.1"
@@ -31,7 +31,7 @@ class Pool:
     def sim_argv(self, time_scale: float, config: Path) -> list[str]:
         """The demo's own config (never a config.toml that happens to be in the working folder)."""
         reuse = "--slot-reuse" if self.slot_reuse else "--no-slot-reuse"
-        argv = [sys.executable, "-m", "zerogap", "sim", "--config", str(config), "--host", HOST]
+        argv = zerogap_command("sim", "--config", str(config), "--host", HOST)
         argv += ["--port", str(self.port), "--model", self.name, "--scheduling", self.scheduling, reuse]
         return [*argv, "--time-scale", f"{time_scale:g}"]
 
@@ -125,7 +125,7 @@ class Stack:
         config = self.out_dir / "config.toml"
         config.write_text(gateway_config(self.pools, self.gateway_port, self.key, self.out_dir), encoding="utf-8")
         specs = [self._spec(f"sim-{p.name}", p.sim_argv(self.time_scale, config), p.port) for p in self.pools]
-        gateway = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
+        gateway = zerogap_command("gateway", "--config", str(config))
         specs.append(self._spec("gateway", gateway, self.gateway_port))
         out = (logs / "supervisor.log").open("a", encoding="utf-8")
         timing = Timing(startup_timeout_s=READY_TIMEOUT_S, stop_timeout_s=10.0)

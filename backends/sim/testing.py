@@ -11,7 +11,6 @@ a developer's ./config.toml does not leak into tests.
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backends.process_group import stop_process
+from zerogap.commands import zerogap_command
 from zerogap.net import free_port, wait_http_ok
 
 EMPTY_CONFIG = "# empty: every setting has its default\n"
@@ -58,7 +58,7 @@ def run_sim_process(
         if config is None:
             config = Path(tmp) / "config.toml"
             config.write_text(EMPTY_CONFIG)
-        cmd = [sys.executable, "-m", "zerogap", "sim", "--config", str(config), "--port", str(port), "--model", model]
+        cmd = zerogap_command("sim", "--config", str(config), "--port", str(port), "--model", model)
         log = Path(tmp) / "sim.log"
         with log.open("wb") as log_file:
             proc = subprocess.Popen([*cmd, *args], stdout=subprocess.DEVNULL, stderr=log_file)

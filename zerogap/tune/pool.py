@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import IO
 from backends.sim_pool import sim_pool
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
 from backends.vllm.launcher import vllm_pool
+from zerogap.commands import zerogap_command
 from zerogap.config.model import Config
 from zerogap.net import free_port
 from zerogap.tune.toml_text import sections_text
@@ -79,7 +79,7 @@ class CandidatePool:
         else:
             specs, hooks = vllm_pool(config, logs, out=self._out)
         if self.replicas > 1:
-            argv = [sys.executable, "-m", "zerogap", "gateway", "--config", str(path)]
+            argv = zerogap_command("gateway", "--config", str(path))
             specs.append(
                 ChildSpec("gateway", argv, HOST, self.gateway_port, dict(os.environ), "/health", logs / "gateway.log")
             )
