@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
+from backends.supervisor_thread import SupervisorThread
 from zerogap.commands import zerogap_command
 
 KEY_ENV = "ZEROGAP_DEMO_KEY"
@@ -108,9 +108,8 @@ class Stack:
     out_dir: Path
     key: str
     gateway_port: int
-    _supervisor: Supervisor | None = None
-    _thread: threading.Thread | None = None
-    _specs: list[ChildSpec] = field(default_factory=list)
+    _running: SupervisorThread | None = None
+    _log: IO[str] | None = None
 
     @property
     def base_url(self) -> str:
@@ -127,19 +126,13 @@ class Stack:
         specs = [self._spec(f"sim-{p.name}", p.sim_argv(self.time_scale, config), p.port) for p in self.pools]
         gateway = zerogap_command("gateway", "--config", str(config))
         specs.append(self._spec("gateway", gateway, self.gateway_port))
-        out = (logs / "supervisor.log").open("a", encoding="utf-8")
+        self._log = (logs / "supervisor.log").open("a", encoding="utf-8")
         timing = Timing(startup_timeout_s=READY_TIMEOUT_S, stop_timeout_s=10.0)
-        self._supervisor = supervisor = Supervisor(specs, Hooks(), timing, out=out)
-        self._thread = thread = threading.Thread(target=supervisor.run, name="demo-supervisor", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not all(child.state == "up" for child in supervisor.children):
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the demo's sims and gateway did not come up; see {logs}")
-            time.sleep(0.2)
+        self._running = SupervisorThread(Supervisor(specs, Hooks(), timing, out=self._log), "demo-supervisor")
+        self._running.start(f"the demo's sims and gateway did not come up; see {logs}")
 
     def stop(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.request_stop()
-        if self._thread is not None:
-            self._thread.join(30.0)
+        if self._running is not None:
+            self._running.stop()
+        if self._log is not None:
+            self._log.close()

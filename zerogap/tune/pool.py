@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from backends.sim_pool import sim_pool
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
+from backends.supervisor_thread import SupervisorThread
 from backends.vllm.launcher import vllm_pool
 from zerogap.commands import zerogap_command
 from zerogap.config.model import Config
@@ -46,8 +45,7 @@ class CandidatePool:
     key: str = field(default_factory=lambda: "sk-tune-" + secrets.token_urlsafe(24))
     base_port: int = 0
     gateway_port: int = 0
-    _supervisor: Supervisor | None = None
-    _thread: threading.Thread | None = None
+    _running: SupervisorThread | None = None
     _out: IO[str] | None = None
 
     @property
@@ -88,19 +86,11 @@ class CandidatePool:
     def _run(self, specs: list[ChildSpec], hooks: Hooks, config: Config) -> None:
         e = config.engine
         timing = Timing(e.startup_timeout_s, e.restart_backoff_max_s, e.stop_timeout_s)
-        self._supervisor = supervisor = Supervisor(specs, hooks, timing, out=self._out)
-        self._thread = thread = threading.Thread(target=supervisor.run, name="tune-pool", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + e.startup_timeout_s + 5.0
-        while not supervisor.children or not all(child.state == "up" for child in supervisor.children):
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the pool did not come up; see {self.folder / 'supervisor.log'}")
-            time.sleep(0.2)
+        self._running = SupervisorThread(Supervisor(specs, hooks, timing, out=self._out), "tune-pool")
+        self._running.start(f"the pool did not come up; see {self.folder / 'supervisor.log'}")
 
     def stop(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.request_stop()
-        if self._thread is not None:
-            self._thread.join(60.0)
+        if self._running is not None:
+            self._running.stop()
         if self._out is not None:
             self._out.close()
