@@ -170,7 +170,8 @@ class Harness:
         counter = None
         if workload.prompt_tokens_from == "tokenize":
             urls = tokenize_urls(self.base_url, workload.tokenize_url)
-            counter = tokenize_counter(urls, run.model, run.settings.metrics.scrape_timeout_seconds)
+            timeout_s = run.settings.metrics.scrape_timeout_seconds
+            counter = tokenize_counter(urls, run.model, timeout_s, self.headers, workload.tokenize_url)
         prefix = NONCE_SHAPE if workload.unique_prompts else ""
         text, source = calibrate(workload.prompt_tokens, counter, prefix)
         if workload.prompt_tokens_from == "tokenize" and source != "tokenize":

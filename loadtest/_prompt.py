@@ -34,13 +34,17 @@ def words(num_words: int, seed: int = 0) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(num_words))
 
 
-def tokenize_counter(urls: list[str], model: str, timeout_s: float) -> Counter:
-    """A counter that asks the first URL that answers; None when none does."""
+def tokenize_counter(
+    urls: list[str], model: str, timeout_s: float, headers: dict[str, str] | None = None, explicit: str = ""
+) -> Counter:
+    """A counter that asks the first URL that answers; None when none does. `headers` (the API key)
+    go to the URLs derived from the API's base URL (a zerogap gateway checks the key on /tokenize),
+    never to an explicit tokenize_url, which may be another host."""
     working: list[str] = []
 
     def count(text: str) -> int | None:
         for url in working or urls:
-            number = _ask(url, model, text, timeout_s)
+            number = _ask(url, model, text, timeout_s, None if url == explicit else headers)
             if number is not None:
                 working[:] = [url]
                 return number
@@ -49,9 +53,9 @@ def tokenize_counter(urls: list[str], model: str, timeout_s: float) -> Counter:
     return count
 
 
-def _ask(url: str, model: str, text: str, timeout_s: float) -> int | None:
+def _ask(url: str, model: str, text: str, timeout_s: float, headers: dict[str, str] | None = None) -> int | None:
     body = json.dumps({"model": model, "prompt": text}).encode()
-    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             answer = json.loads(response.read())

@@ -27,6 +27,8 @@ def test_the_articles_settings_through_the_gateway_get_gpu_figures_and_server_si
     assert f"backend metrics from the gateway (http://127.0.0.1:{stack.gateway_port}/metrics/backends): " \
            f"{stack.sim_metrics}" in done.stderr, done.stderr[-3000:]  # fmt: skip
     report = read_report(tmp_path / "runs" / "discovered")
+    assert report["run"]["prompt_tokens_from"] == "tokenize"  # the gateway passed /tokenize to the engine
+    assert "no /tokenize answered" not in done.stderr
     (step,) = report["steps"]
     assert step["requests_ok"] > 0 and step["not_collected"] == {}
     assert step["gpu_util"] is not None and step["gpu_util"]["mean"] > 0, step.get("gpu_util_reason")
