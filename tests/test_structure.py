@@ -125,6 +125,92 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+# zerogap/ holds two layers (the top level is fixed by the design brief, so they share one package).
+# The ground: what gateway/, backends/ and loadtest/ share (config, ports and readiness, Prometheus text,
+# argument types, the `zerogap` child command, the HTML page shell); it imports nothing else of ours.
+# The roof: the commands that put the packages together (the dispatcher, demo, tune, running Locust);
+# it may import anything, and nothing below it imports it. zerogap/__init__.py says the same.
+GROUND = (
+    "zerogap.argtypes",
+    "zerogap.commands",
+    "zerogap.config",
+    "zerogap.html_page",
+    "zerogap.net",
+    "zerogap.promtext",
+)
+ROOF = ("zerogap.__main__", "zerogap.cli", "zerogap.demo", "zerogap.demo_stack", "zerogap.locust_run", "zerogap.tune")
+BELOW_THE_ROOF = ("gateway", "backends", "loadtest")
+
+
+def layer(name: str) -> str | None:
+    """A zerogap module's layer, "ground" or "roof" (a package's modules are in its layer); None: in neither."""
+    if name == "zerogap":  # the package's face: its version, nothing else
+        return "ground"
+    for found, members in (("ground", GROUND), ("roof", ROOF)):
+        if any(name == m or name.startswith(m + ".") for m in members):
+            return found
+    return None
+
+
+def layer_breaches(edges: dict[str, set[str]]) -> list[str]:
+    """The ground importing anything of ours but the ground; gateway/backends/loadtest importing zerogap's roof."""
+    bad = []
+    for name, targets in sorted(edges.items()):
+        if layer(name) == "ground":
+            bad += [f"the ground's {name} imports {t}" for t in sorted(targets) if layer(t) != "ground"]
+        elif name.split(".")[0] in BELOW_THE_ROOF:
+            bad += [f"{name} imports the roof's {t}" for t in sorted(targets) if layer(t) == "roof"]
+    return bad
+
+
+def test_every_zerogap_module_is_ground_or_roof() -> None:
+    unplaced = [name for name in modules("zerogap") if layer(name) is None]
+    assert not unplaced, f"add each to GROUND or ROOF here (and to zerogap/__init__.py's list): {unplaced}"
+
+
+def test_the_ground_imports_only_the_ground_and_nothing_below_the_roof_imports_the_roof() -> None:
+    bad = layer_breaches(graph(*PRODUCT))
+    assert not bad, "move the piece both need into the ground (a plain module of zerogap/):\n" + "\n".join(bad)
+
+
+def test_the_layer_rule_finds_each_breach() -> None:
+    edges = {
+        "zerogap.net": {"zerogap.config.model", "gateway.app"},
+        "zerogap.config.model": {"zerogap.tune.plan"},
+        "gateway.app": {"zerogap.config", "zerogap.cli"},
+        "loadtest._report": {"zerogap.html_page", "zerogap"},
+        "zerogap.tune.cli": {"gateway", "loadtest", "zerogap.demo"},
+    }
+    assert layer_breaches(edges) == [
+        "gateway.app imports the roof's zerogap.cli",
+        "the ground's zerogap.config.model imports zerogap.tune.plan",
+        "the ground's zerogap.net imports gateway.app",
+    ]
+
+
+def builds_zerogap_command(path: Path) -> bool:
+    """The module spells out [sys.executable, "-m", "zerogap", ...] itself."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.List) and len(node.elts) >= 3:
+            first, *rest = node.elts[:3]
+            spelled = [e.value for e in rest if isinstance(e, ast.Constant)]
+            if ast.unparse(first) == "sys.executable" and spelled == ["-m", "zerogap"]:
+                return True
+    return False
+
+
+# The lead moves these onto zerogap_command (files another change owns); then this is empty.
+HAND_BUILT_FOR_NOW = {"gateway.workers"}
+
+
+def test_product_code_runs_zerogap_children_through_zerogap_command() -> None:
+    found = {name for name, path in modules(*PRODUCT).items() if builds_zerogap_command(path)} - {"zerogap.commands"}
+    assert found == HAND_BUILT_FOR_NOW, (
+        f"use zerogap.commands.zerogap_command(*args) in {sorted(found - HAND_BUILT_FOR_NOW)}; "
+        f"remove from HAND_BUILT_FOR_NOW what no longer builds it: {sorted(HAND_BUILT_FOR_NOW - found)}"
+    )
+
+
 LIGHT = (  # what reads and renders reports: a tool that only reads report.json pays for no load generator
     "loadtest",
     "loadtest._report",
