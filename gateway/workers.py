@@ -17,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from types import FrameType
 
 from backends.process_group import new_group_preexec
 from gateway.limits.sqlite import SHARED_LIMITS_ENV
+from zerogap.commands import zerogap_command
 
 log = logging.getLogger("zerogap.gateway.workers")
 
@@ -168,4 +168,4 @@ def worker_argv(argv: list[str]) -> list[str]:
         if arg.startswith("--workers="):
             continue
         out.append(arg)
-    return [sys.executable, "-m", "zerogap", "gateway", *out, "--reuse-port"]
+    return zerogap_command("gateway", *out, "--reuse-port")

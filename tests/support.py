@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+
+from zerogap.commands import zerogap_command
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def zerogap_cmd(*args: str) -> list[str]:
     """Run the console script through this interpreter (works without PATH set up)."""
-    return [sys.executable, "-m", "zerogap", *args]
+    return zerogap_command(*args)
