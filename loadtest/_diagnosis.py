@@ -154,7 +154,8 @@ def _frontend(s: Reading) -> Found:
         f"busy: the rest are held between the load generator and the engines' step loop, in the engines' own "
         f"API servers{gauge}; {s.figures()}",
         "more API server processes per engine ([token_interval] api_server_count = 2 or more; vLLM's "
-        "--api-server-count), [token_interval] detokenizer_async = true, more [engine] replicas",
+        "--api-server-count), [token_interval] detokenizer_async = true, fewer chunks per answer (vLLM: "
+        '[engine] extra_args = ["--stream-interval", "8"]), more [engine] replicas',
     )
 
 

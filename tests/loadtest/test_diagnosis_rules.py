@@ -88,7 +88,7 @@ def test_the_gateways_own_gauge_tells_gateway_from_frontend() -> None:
     front = diagnose_steps([step(running=20.0, gpu=40.0)])[0]
     assert "in the engines' own API servers (no gateway in-flight figure" in front.evidence
     assert "api_server_count" in front.advice and "--api-server-count" in front.advice
-    assert "detokenizer_async" in front.advice and "replicas" in front.advice
+    assert "detokenizer_async" in front.advice and "replicas" in front.advice and "--stream-interval" in front.advice
 
 
 def test_the_batch_is_full_for_token_interval_from_90_percent_of_the_users() -> None:
