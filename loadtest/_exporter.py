@@ -28,7 +28,12 @@ class Exporter:
         self.registry = CollectorRegistry()
         reg = self.registry
         self.users = Gauge("zerogap_loadtest_users", "users running (all processes)", registry=reg)
-        self.step = Gauge("zerogap_loadtest_step", "the step running now (-1: warm-up)", registry=reg)
+        self.step = Gauge(
+            "zerogap_loadtest_step",
+            'the step running now, counted from 0 (the console\'s "step 1/N" is 0); -1: warm-up, or no test running',
+            registry=reg,
+        )
+        self.num_steps = Gauge("zerogap_loadtest_num_steps", "the steps of the run (settings.json)", registry=reg)
         self.requests = Counter("zerogap_loadtest_requests", "requests finished, by outcome", ["outcome"], registry=reg)
         self.output_tokens = Counter("zerogap_loadtest_output_tokens", "output tokens received", registry=reg)
         self.prompt_tokens = Counter("zerogap_loadtest_prompt_tokens", "prompt tokens sent (usage)", registry=reg)
@@ -37,8 +42,16 @@ class Exporter:
             "zerogap_loadtest_tpot_seconds", "time per output token", buckets=_BUCKETS_S, registry=reg
         )
         self.cpu = Gauge("zerogap_loadtest_cpu_percent", "load-generator CPU, by process", ["process"], registry=reg)
-        self.gpu = Gauge("zerogap_loadtest_gpu_util_percent", "GPU utilization as the harness samples it", registry=reg)
+        gpu_help = "GPU utilization as the harness samples it (0 outside a run)"
+        self.gpu = Gauge("zerogap_loadtest_gpu_util_percent", gpu_help, registry=reg)
+        self.step.set(-1)  # no test running yet
         self._server: object | None = None
+
+    def run_stopped(self) -> None:
+        """Outside a run the gauges say so (no users, no step, nothing sampled), not the run's last values."""
+        self.users.set(0)
+        self.step.set(-1)
+        self.gpu.set(0)
 
     def observe(self, record: RequestRecord) -> None:
         self.requests.labels(outcome_label(record.error_kind)).inc()

@@ -252,6 +252,8 @@ class Harness:
         if run is None:
             return  # Locust fires test_stop when quitting a web UI that never started a test
         run.stop_greenlets()
+        if self.exporter is not None:
+            self.exporter.run_stopped()  # after the greenlets that set the gauges
         if self.is_worker:
             self.run = None
             return

@@ -1,5 +1,6 @@
-"""The greenlets that run beside the users for one run: this process's CPU, the server-side
-timeline (master or local run), and a progress line at the end of each step."""
+"""The greenlets that run beside the users for one run: this process's CPU, and the server-side
+timeline with the exporter's run gauges (master or local run). The progress lines:
+loadtest/_progress.py."""
 
 from __future__ import annotations
 
@@ -9,12 +10,8 @@ from collections.abc import Callable
 import gevent
 import psutil
 
-from loadtest._console import progress_line
 from loadtest._exporter import Exporter
 from loadtest._run import Run
-from loadtest._summary import summarize_step
-
-WORKER_REPORT_DELAY_S = 4.0  # workers report every 3 s: a step's last records reach the master this late
 
 
 def sample_cpu(run: Run, process_name: str, exporter: Exporter | None) -> None:
@@ -31,31 +28,22 @@ def sample_cpu(run: Run, process_name: str, exporter: Exporter | None) -> None:
 
 
 def sample_timeline(run: Run, user_count: Callable[[], int], exporter: Exporter | None) -> None:
-    """The backends' signals (GPU, running, waiting, KV cache...) every sample interval."""
+    """The backends' signals (GPU, running, waiting, KV cache...) every sample interval. The exporter's
+    users and step are set before each scrape (they are known then; a slow scrape would delay them),
+    its GPU utilization from the scrape."""
     assert run.sampler is not None
+    if exporter is not None:
+        exporter.num_steps.set(len(run.plan.steps))
     interval_s = run.settings.metrics.sample_interval_ms / 1000.0
     due_s = time.monotonic()
     while True:
         due_s = max(due_s + interval_s, time.monotonic())  # on the beat; a slow scrape is not added to it
         gevent.sleep(due_s - time.monotonic())
-        sample = run.sampler.sample(user_count())
+        users = user_count()
         if exporter is not None:
-            exporter.users.set(sample.users)
-            phase = run.plan.phase_at(sample.wall - run.start_s)
+            exporter.users.set(users)
+            phase = run.plan.phase_at(time.time() - run.start_s)
             exporter.step.set(phase.index if phase is not None else -1)
-            if sample.gpu_util is not None:
-                exporter.gpu.set(sample.gpu_util)
-
-
-def print_progress(run: Run, is_master: bool) -> None:
-    """One line per finished step (the last step's comes with the table)."""
-    assert run.sampler is not None
-    delay_s = WORKER_REPORT_DELAY_S if is_master else 0.2
-    steps = run.plan.steps
-    for phase in steps[:-1]:
-        gevent.sleep(max(0.0, run.start_s + phase.end_s + delay_s - time.time()))
-        step = summarize_step(
-            run.settings, run.plan, phase, run.start_s, time.time(), run.recorder, run.sampler.samples
-        )
-        if step is not None:
-            print(progress_line(step, len(steps)), flush=True)
+        sample = run.sampler.sample(users)
+        if exporter is not None and sample.gpu_util is not None:
+            exporter.gpu.set(sample.gpu_util)
