@@ -20,6 +20,8 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from gateway.asgi import Send
 
 ChunkWriter = Callable[[bytes], bool]
+# What write() reads of uvicorn's cycle: a uvicorn that no longer has them gets no writer (send as before).
+CYCLE_FIELDS = ("flow", "transport", "disconnected", "chunked_encoding", "response_complete", "response_started")
 
 
 def chunk_writer(send: Send) -> ChunkWriter | None:
@@ -27,6 +29,8 @@ def chunk_writer(send: Send) -> ChunkWriter | None:
     uvicorn's httptools `send` (a test's, or another server's): then every chunk goes through it."""
     cycle: Any = getattr(send, "__self__", None)
     if type(cycle) is not RequestResponseCycle or getattr(send, "__func__", None) is not RequestResponseCycle.send:
+        return None
+    if not all(hasattr(cycle, name) for name in CYCLE_FIELDS) or not hasattr(cycle.flow, "write_paused"):
         return None
     flow, transport = cycle.flow, cycle.transport
 

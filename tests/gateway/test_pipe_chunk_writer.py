@@ -89,3 +89,11 @@ async def test_a_send_that_is_not_uvicorns_gets_no_writer() -> None:
     c, _ = cycle()
     assert chunk_writer(send) is None
     assert chunk_writer(c.receive) is None  # the cycle's, but not its send
+
+
+async def test_a_uvicorn_whose_cycle_lacks_a_field_the_writer_reads_gets_no_writer() -> None:
+    """A later uvicorn that renames what write() reads: chunks go through send, as before."""
+    c, _ = cycle()
+    assert chunk_writer(c.send) is not None
+    del c.chunked_encoding
+    assert chunk_writer(c.send) is None
