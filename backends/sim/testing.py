@@ -50,7 +50,7 @@ def run_sim_process(
     model: str = "sim-model",
     port: int | None = None,
     config: str | Path | None = None,
-    timeout_s: float = 30.0,
+    timeout_s: float = 120.0,  # a process start: far above the few seconds it takes, for a busy machine
 ) -> Iterator[SimProcess]:
     """Run `python -m zerogap sim --config C --port P --model M ARGS...` until the block ends."""
     port = port or free_port()

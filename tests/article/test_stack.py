@@ -162,7 +162,7 @@ def test_web_ui_counts_requests_only_and_shows_the_zerogap_tab(stack: Stack) -> 
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, cwd=REPO, env=stack.env(), stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_for_port(port, timeout_s=30, proc=proc)
+        wait_for_port(port, timeout_s=120, proc=proc)
         time.sleep(3.0)  # past the warm-up: every user streams
         ui_before, gateway_before = _ui_requests(web)[0], _gateway_requests(stack)
         time.sleep(4.0)

@@ -60,7 +60,7 @@ def test_stop_takes_the_whole_group_with_no_orphans() -> None:
     runner = threading.Thread(target=sup.run)
     runner.start()
     try:
-        wait_for_port(port, 20)
+        wait_for_port(port, 120)
         deadline = time.monotonic() + 10
         while sup.children[0].state != "up" and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -56,7 +56,7 @@ class Stack:
         return f"http://127.0.0.1:{self.prometheus_port}"
 
     def spawn(
-        self, name: str, cmd: list[str], port: int, timeout_s: float = 30.0, env: dict[str, str] | None = None
+        self, name: str, cmd: list[str], port: int, timeout_s: float = 120.0, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         log = self.workdir / f"{name}.log"
         self.logs.append(log)
@@ -118,7 +118,7 @@ def start_gateway(stack: Stack) -> None:
     create_key(stack, "team-a")
     create_key(stack, "limited", "--rpm", "2")
     stack.spawn("gateway", zerogap_cmd("gateway", "--config", str(stack.workdir / "gateway.toml")), stack.gateway_port)
-    wait_http_ok(f"{stack.gateway_url}/ready", 30.0)
+    wait_http_ok(f"{stack.gateway_url}/ready", 120)
 
 
 def start_locust(stack: Stack, steps: list[int], step_s: float) -> subprocess.Popen[bytes]:
@@ -194,7 +194,7 @@ def start_prometheus(stack: Stack) -> None:
         f"--storage.tsdb.path={stack.workdir / 'tsdb'}",
     ]
     stack.spawn("prometheus", cmd, stack.prometheus_port)
-    wait_http_ok(f"{stack.prometheus_url}/-/ready", 30.0)
+    wait_http_ok(f"{stack.prometheus_url}/-/ready", 120)
 
 
 def prom_api(stack: Stack, path: str, **params: str) -> Any:

@@ -40,7 +40,7 @@ def test_run_sh_serves_rules_targets_and_dashboards(tmp_path: Path) -> None:
         proc = subprocess.Popen([str(PROMETHEUS / "run.sh")], env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_http_ok(f"{base}/-/ready", 30)
+        wait_http_ok(f"{base}/-/ready", 120)
         groups = json.loads(get(f"{base}/api/v1/rules"))["data"]["groups"]
         loaded = {rule["name"] for group in groups for rule in group["rules"]}
         assert loaded == set(recording_rules())

@@ -125,7 +125,7 @@ def redis(deployed: tuple[Config, list[str], dict[str, str]], tmp_path: Path) ->
     ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
     try:
-        wait_for_port(port, 10, proc)
+        wait_for_port(port, 120, proc)
         yield port
     finally:
         stop_process(proc)

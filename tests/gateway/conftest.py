@@ -38,7 +38,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for_port(port, 10, proc)
+        wait_for_port(port, 120, proc)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         stop_process(proc)

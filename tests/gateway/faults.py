@@ -46,7 +46,7 @@ def upstream_process(*args: str, model: str = "m") -> Iterator[Proc]:
     cmd = [sys.executable, "-m", "tests.fixtures.upstream", "--port", str(port), "--model", model, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_port(port, 20, proc)
+        wait_for_port(port, 120, proc)
         yield Proc(proc, port)
     finally:
         resume_and_stop(proc)
@@ -143,7 +143,7 @@ def gateway_process(config: Path, port: int, log: Path) -> Iterator[Proc]:
     with log.open("ab") as err:
         proc = subprocess.Popen(zerogap_cmd("gateway", "--config", str(config)), stdout=err, stderr=err)
     try:
-        wait_for_port(port, 30, proc)
+        wait_for_port(port, 120, proc)
         yield Proc(proc, port)
     finally:
         resume_and_stop(proc)

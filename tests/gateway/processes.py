@@ -51,7 +51,7 @@ class GatewayProcess:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(zerogap_cmd(*args), env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)  # fmt: skip
-        wait_for_port(self.port, 30, self.proc)
+        wait_for_port(self.port, 120, self.proc)
         return self
 
     def worker_pids(self) -> list[int]:

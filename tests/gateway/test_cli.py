@@ -85,7 +85,7 @@ def test_gateway_serves_and_keeps_secrets_out_of_logs_metrics_and_upstream(tmp_p
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
-            wait_for_port(port, 20, proc)
+            wait_for_port(port, 120, proc)
             base = f"http://127.0.0.1:{port}"
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
             for key in (UNIFIED, virtual, "wrong-key-" + UNIFIED):

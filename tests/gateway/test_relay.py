@@ -137,7 +137,7 @@ def upstream_process() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
            "--interval-s", "0.05", "--num-output-tokens", "1000"]  # fmt: skip
     proc = subprocess.Popen(cmd)
     try:
-        wait_for_port(port, 15, proc)
+        wait_for_port(port, 120, proc)
         yield proc, f"http://127.0.0.1:{port}"
     finally:
         stop_process(proc)

@@ -37,7 +37,7 @@ class RedisProcess:
              "--appendonly", "no", "--dir", str(self.dir)],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        wait_for_port(self.port, 10, self.proc)
+        wait_for_port(self.port, 120, self.proc)
         return self
 
     def stop(self) -> None:

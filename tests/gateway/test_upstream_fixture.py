@@ -137,7 +137,7 @@ def test_runs_as_its_own_process() -> None:
         ]
     )
     try:
-        wait_for_port(port, 15, proc)
+        wait_for_port(port, 120, proc)
         import urllib.request
 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as resp:

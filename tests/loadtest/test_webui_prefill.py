@@ -46,7 +46,7 @@ def test_the_start_form_is_filled_from_settings(tmp_path: Path) -> None:
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=sink)
     try:
-        wait_for_port(port, timeout_s=30, proc=proc)
+        wait_for_port(port, timeout_s=120, proc=proc)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
             assert response.status == 200
             args = template_args(response.read().decode())

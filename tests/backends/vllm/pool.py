@@ -132,7 +132,7 @@ def start_pool(folder: Path) -> Pool:
         zerogap_cmd("gateway", "--config", str(config)), stdout=gateway_log, stderr=subprocess.STDOUT, cwd=folder
     )
     gateway_log.close()
-    wait_http_ok(pool.gateway_url + "/ready", 30)
+    wait_http_ok(pool.gateway_url + "/ready", 120)
     return pool
 
 

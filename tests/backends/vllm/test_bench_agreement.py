@@ -36,7 +36,7 @@ def sim(tmp_path: Path) -> Iterator[str]:
     cmd = zerogap_cmd("sim", "--config", str(tmp_path / "sim.toml"), "--port", str(port), "--model", MODEL)
     proc = subprocess.Popen([*cmd, "--time-scale", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_http_ok(f"http://127.0.0.1:{port}/v1/models", 30)
+        wait_http_ok(f"http://127.0.0.1:{port}/v1/models", 120)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(proc)
