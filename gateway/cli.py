@@ -82,7 +82,8 @@ def _bind_error(config: Config) -> int:
 
 
 def supervise(config: Config, num_workers: int, argv: list[str]) -> int:
-    from gateway.workers import STOP_GRACE_S, Supervisor, port_is_free, worker_argv
+    from gateway.workers import STOP_GRACE_S, Supervisor, worker_argv
+    from zerogap.net import port_is_free
 
     if not port_is_free(config.server.host, config.server.port):
         return _bind_error(config)

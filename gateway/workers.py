@@ -50,20 +50,6 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """True if nothing listens on host:port (a plain bind, so SO_REUSEPORT holders count as busy)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-        0
-    ]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except OSError:
-            return False
-    return True
-
-
 @dataclass
 class Worker:
     index: int

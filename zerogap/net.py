@@ -24,11 +24,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when nothing listens on host:port and this process may bind it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """True when nothing listens on host:port and this process may bind it: a plain bind (so a
+    socket held with SO_REUSEPORT counts as busy) of the address host resolves to, IPv4 or IPv6."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror:
+        return False
+    with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
+            sock.bind(address)
         except OSError:
             return False
     return True
