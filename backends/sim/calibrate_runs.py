@@ -37,6 +37,7 @@ class Observation:
     gpu_busy: float | None  # 0-1; None: the run had no GPU figure
     cpu_interval_ms: float | None  # the engine's CPU work per step (the sim exports it; vLLM does not)
     running_mean: float | None
+    waiting_mean: float | None
     kv_usage_mean: float | None  # 0-1
     max_num_seqs: int | None  # what the engines said their cap was
     measure_s: float
@@ -126,6 +127,7 @@ def _observation(
             gpu_busy=float(gpu["mean"]) / 100.0 if isinstance(gpu, dict) and gpu.get("mean") is not None else None,
             cpu_interval_ms=step.get("cpu_interval_ms"),
             running_mean=backend.get("running_mean"),
+            waiting_mean=backend.get("waiting_mean"),
             kv_usage_mean=backend.get("kv_cache_usage_mean"),
             max_num_seqs=int(cap) if cap else None,
             measure_s=float(step.get("duration_s") or 0.0),

@@ -72,12 +72,8 @@ def plan_terms(settings: SimSettings, observations: list[Observation]) -> Plan:
             f"split; fitted their sums, split as in CONFIG (fixed {c.forward_fixed_ms:g} : {c.interval_fixed_ms:g}, "
             f"per sequence {c.forward_per_seq_ms:g} : {sum(getattr(c, f) for f in per_seq):g})"
         )
-    gap = ASSUMED_CLIENT_GAP_MS / settings.time_scale
+    gap, gap_note = client_gap(settings, observations)
     fixed["client_gap_ms"] = gap
-    gap_note = (
-        f"client_gap_ms assumed {gap:g} (the load generator's turnaround; a step's figures do not pin it down: "
-        "it only moves where in an engine step the next request lands)"
-    )
     if has_ttft:
         terms.append(Term(("forward_per_prefill_token_ms",)))
         if len(prompts) >= 2:
@@ -91,6 +87,38 @@ def plan_terms(settings: SimSettings, observations: list[Observation]) -> Plan:
     else:
         notes.append("no TTFT figure: forward_per_prefill_token_ms and client_gap_ms kept as in CONFIG")
     return Plan(terms, notes, fixed)
+
+
+OUTSIDE_MIN = 0.1  # the share of users outside the engine below which the sampled gauges cannot tell
+
+
+def client_gap(settings: SimSettings, observations: list[Observation]) -> tuple[float, str]:
+    """The time a user's request spends outside the engine between two of its requests, by
+    Little's law from the engine's own running + waiting counts where they show a share of
+    the users outside it (the load generator, HTTP, an API server that holds requests);
+    else a load generator's usual turnaround, assumed."""
+    estimates = []
+    for o in observations:
+        if o.running_mean is None or o.e2e_p50_ms is None:
+            continue
+        inside = o.running_mean + (o.waiting_mean or 0.0)
+        outside = (o.users - inside) / o.users
+        if outside >= OUTSIDE_MIN and inside > 0:
+            estimates.append(o.e2e_p50_ms * outside / (1.0 - outside))
+    if estimates:
+        estimates.sort()
+        gap_ms = estimates[len(estimates) // 2]
+        return gap_ms / settings.time_scale, (
+            f"client_gap_ms {gap_ms / settings.time_scale:.4g}: the engine held fewer requests than there were "
+            f"users ({len(estimates)} step(s) with over {OUTSIDE_MIN:.0%} of them outside it: the load generator, "
+            "HTTP, or an API server holding requests); modelled as time between a user's requests (it is not in "
+            "the modelled TTFT)"
+        )
+    gap = ASSUMED_CLIENT_GAP_MS / settings.time_scale
+    return gap, (
+        f"client_gap_ms assumed {gap:g} (the load generator's turnaround; a step's figures do not pin it down: "
+        "it only moves where in an engine step the next request lands)"
+    )
 
 
 def _per_seq_interval(settings: SimSettings, notes: list[str]) -> tuple[str, ...]:
