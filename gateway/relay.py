@@ -38,17 +38,18 @@ CREDENTIAL_STATUSES = frozenset({401, 403})  # the backend refused the gateway's
 OUTLIER_LABELS = frozenset({"connect", "broken", "500", "502", "503", "504"})  # failures that count toward ejection
 
 
-class Retry(Exception):
-    """This attempt failed before the first byte; another backend may be tried. `message` goes
-    to the client: it names the backend and the kind of failure, never an address, an errno or
-    the backend's body, which go to the log (`detail`)."""
+class AttemptFailed(Exception):
+    """One attempt at a backend failed before the first byte, and what the client gets if it is the
+    last: another backend is tried unless `retryable` is False (the gateway is shutting down).
+    `message` goes to the client: it names the backend and the kind of failure, never an address,
+    an errno or the backend's body, which go to the log (`detail`)."""
 
-    def __init__(self, status: int, label: str, message: str, final: bool = False, detail: str = "") -> None:
+    def __init__(self, status: int, label: str, message: str, retryable: bool = True, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.label = label
         self.message = message
-        self.final = final  # no other backend is to be tried (the gateway is shutting down)
+        self.retryable = retryable
         self.detail = detail  # for the log only
 
 
@@ -74,7 +75,7 @@ class Relay:
     async def run(self, exchange: Exchange, pool: ModelPool) -> AsyncGenerator[Reply | bytes | Pipe, None]:
         tried: list[Backend] = []
         no_backend = f"No healthy backend serves model {exchange.call.model!r} right now."
-        failure = Retry(503, "no_backend", no_backend)
+        failure = AttemptFailed(503, "no_backend", no_backend)
         hashes = self._prompt_blocks(exchange.call) if pool.affinity is not None else []
         panicked = False
         failures = self.outlier.for_request()
@@ -96,10 +97,10 @@ class Relay:
                     try:
                         resp, first = await self._open(exchange, backend, flight)
                         answer = self._answer(exchange, backend, resp, first)
-                    except Retry as exc:
+                    except AttemptFailed as exc:
                         failure = bare(exc)
                         self._upstream_error(exchange, backend, exc, failures)
-                        if exc.final:
+                        if not exc.retryable:
                             break
                         continue
                     failures.served()
@@ -118,7 +119,7 @@ class Relay:
                     self.flights.close(flight)
             failures.unserved(len(tried))
             if panicked and failure.label != "draining":
-                failure = Retry(503, "no_backend", f"{no_backend} Tried anyway: {failure.message}")
+                failure = AttemptFailed(503, "no_backend", f"{no_backend} Tried anyway: {failure.message}")
             yield self._fail(exchange, failure)
         except (asyncio.CancelledError, GeneratorExit):
             exchange.status = 499
@@ -139,7 +140,9 @@ class Relay:
         self.metrics.route.observe(call.model, route)
         return route.backend
 
-    def _upstream_error(self, exchange: Exchange, backend: Backend, exc: Retry, failures: RequestFailures) -> None:
+    def _upstream_error(
+        self, exchange: Exchange, backend: Backend, exc: AttemptFailed, failures: RequestFailures
+    ) -> None:
         if exc.label == "draining":
             return
         self.metrics.upstream_errors.labels(exchange.call.model, backend.name, str(exc.label)).inc()
@@ -151,7 +154,7 @@ class Relay:
         if exc.label == "connect":  # out of the pool until the next health check says otherwise
             self.flights.take_out(backend, f"connection failed ({exc.detail or exc.message})", "connect")
 
-    def _fail(self, exchange: Exchange, failure: Retry) -> Reply | bytes:
+    def _fail(self, exchange: Exchange, failure: AttemptFailed) -> Reply | bytes:
         exchange.status = failure.status
         exchange.replied = True
         if exchange.started:
@@ -189,20 +192,20 @@ class Relay:
         except TimeoutError:
             if flight.stop is not None:
                 raise self._stopped(backend, flight) from None
-            raise Retry(
+            raise AttemptFailed(
                 504,
                 "first_byte_timeout",
                 f"Backend {backend.name} sent nothing within {timeout_s} s ([gateway].first_byte_timeout_s).",
             ) from None
         except UpstreamError as exc:
-            raise Retry(502, exc.reason, f"Backend {backend.name} {exc.failure}.", detail=exc.detail) from None
+            raise AttemptFailed(502, exc.reason, f"Backend {backend.name} {exc.failure}.", detail=exc.detail) from None
 
     @staticmethod
-    def _stopped(backend: Backend, flight: Flight) -> Retry:
+    def _stopped(backend: Backend, flight: Flight) -> AttemptFailed:
         if flight.stop == "draining":
             message = "The gateway is shutting down ([gateway].drain_timeout_s passed); send the request again."
-            return Retry(503, "draining", message, final=True)
-        return Retry(502, "ejected", f"Backend {backend.name} left the pool before it answered.")
+            return AttemptFailed(503, "draining", message, retryable=False)
+        return AttemptFailed(502, "ejected", f"Backend {backend.name} left the pool before it answered.")
 
     def _answer(
         self, exchange: Exchange, backend: Backend, resp: UpstreamResponse, first: bytes
@@ -212,16 +215,17 @@ class Relay:
         if status == 200 and exchange.call.stream:
             if not first:
                 resp.close()
-                raise Retry(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
+                raise AttemptFailed(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
             return None
         if status in RETRY_STATUSES:
             resp.close()
             detail = f"answered {status}: {first[:300]!r}"  # the body may hold internal detail: the log's only
-            raise Retry(502, str(status), f"Backend {backend.name} answered {status}.", detail=detail)
+            raise AttemptFailed(502, str(status), f"Backend {backend.name} answered {status}.", detail=detail)
         if status in CREDENTIAL_STATUSES:
             resp.close()
             detail = f"answered {status} (check its api_key): {first[:300]!r}"
-            raise Retry(502, str(status), f"Backend {backend.name} refused the gateway's credentials.", detail=detail)
+            message = f"Backend {backend.name} refused the gateway's credentials."
+            raise AttemptFailed(502, str(status), message, detail=detail)
         self.outlier.success(backend)
         resp.release()
         exchange.replied = True

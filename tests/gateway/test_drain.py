@@ -90,13 +90,17 @@ async def test_restart_under_load(tmp_path) -> None:
     body = stream_body(8, stream_options={"include_usage": True})
     with UpstreamServer(Behavior(interval_s=0.02), model="m") as up:
         config = write_config(tmp_path, port, up.url, drain_timeout_s=5)
-        stop_s = time.monotonic() + 5
+        back: list[float] = []  # when the second gateway was up
 
         async def client(name: str) -> None:
+            """Until this client's request has finished on the restarted gateway (an event, bounded)."""
+            deadline_s = time.monotonic() + 120
             async with session() as s:
-                while time.monotonic() < stop_s:
+                while time.monotonic() < deadline_s:
                     result = await one(s, url, body, 10, key=keys[name])
                     seen.append((name, result))
+                    if back and result.finished and result.start_s > back[0]:
+                        return
                     if result.refused:
                         await asyncio.sleep(0.05)
 
@@ -108,6 +112,7 @@ async def test_restart_under_load(tmp_path) -> None:
             assert await asyncio.to_thread(first.proc.wait, 5) == -signal.SIGTERM
         with gateway_process(config, port, tmp_path / "gateway.log"):
             back_s = time.monotonic()
+            back.append(back_s)
             await asyncio.gather(*clients)
     unclean = [(r.status, r.raw[-300:]) for _, r in seen if not r.finished and not r.refused]
     assert not unclean, "a client saw neither a finished stream nor a clean refusal"
