@@ -80,7 +80,10 @@ def with_engine_signals(
     if caps:
         cap = max(1, caps[-1] // replicas)
         if cap != settings.max_num_seqs:
-            notes.append(f"max_num_seqs {cap}: what the engines reported (CONFIG says {settings.max_num_seqs})")
+            notes.append(
+                f"max_num_seqs {cap}: what the engines reported, used for the fit (CONFIG says "
+                f"{settings.max_num_seqs}; set [scheduler] max_num_seqs = {cap} in FILE for its predictions)"
+            )
             settings = settings.with_flags(max_num_seqs=cap)
     estimates = []
     block = settings.cost.block_size
