@@ -8,7 +8,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tests.deploy.paths import grafana_panels
+
 NO_VALUE = "No data"  # Grafana's text for a null value without a mapping
+P99_TILES = [5, 6, 37, 38]  # TTFT and TPOT p99, gateway and client: NaN over a minute without requests
+STEP = 35  # the Load generator's Step tile
+
+
+def grafana_panel(panel_id: int) -> dict[str, Any]:
+    (found,) = [p for p in grafana_panels() if p["id"] == panel_id]
+    return found
 
 
 def js_string(value: float) -> str:

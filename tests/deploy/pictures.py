@@ -45,7 +45,9 @@ def size(png: Path) -> tuple[int, int]:
 # A page that loads console pages in iframes (same origin) and, once every graph of every page
 # is drawn or has failed, writes what each page shows into <pre id="zg-facts"> as JSON: the
 # range its time control states, per graph the range prom_console.js queried, the x domain that
-# Rickshaw drew and the first and last x with a finite value, and any "NaN" in the page's text.
+# Rickshaw drew and the first and last x with a finite value, any "NaN" in the page's text, and
+# where the links to the other pages lead. A page may name a button to click once it is drawn
+# (its facts are read after the click).
 # The frames are 800 px wide: a graph queries one point per pixel, and the range does not depend on it.
 _PROBE_PAGE = """<!doctype html>
 <html><body><pre id="zg-facts">waiting</pre>
@@ -85,12 +87,20 @@ function pageFacts(win) {
   var texts = [win.document.body.innerText];
   win.document.querySelectorAll("svg text").forEach(function (t) { texts.push(t.textContent); });
   var nan = texts.join("\\n").split("\\n").filter(function (line) { return line.indexOf("NaN") >= 0; });
-  return {range_text: win.document.getElementById("prom_graph_duration").value, graphs: graphs, nan_lines: nan};
+  var nav = [];
+  win.document.querySelectorAll("a.zg-nav").forEach(function (a) { nav.push(a.getAttribute("href")); });
+  var range = win.document.getElementById("prom_graph_duration").value;
+  return {range_text: range, graphs: graphs, nan_lines: nan, nav: nav};
 }
 function poll() {
   var facts = {};
   for (var i = 0; i < frames.length; i++) {
     var page = pageFacts(frames[i].contentWindow);
+    if (page !== null && pages[i].click && !pages[i].clicked) {
+      frames[i].contentWindow.document.getElementById(pages[i].click).click();
+      pages[i].clicked = true;
+      page = null;
+    }
     if (page === null) {
       document.getElementById("zg-facts").textContent = "waiting for " + pages[i].url;
       setTimeout(poll, 100);
@@ -114,6 +124,7 @@ class DrawnGraph:
 
     expr: list[str]
     duration_s: float
+    end_s: float
     error: str | None
     domain: tuple[float, float] | None
     first_x: float | None
@@ -136,6 +147,7 @@ class DrawnPage:
     range_text: str  # what the time control says, e.g. "15m"
     graphs: list[DrawnGraph]
     nan_lines: list[str]  # lines of the page's text with "NaN" in them
+    nav_hrefs: list[str]  # the links to the console pages, as the page has set them
 
     @property
     def range_s(self) -> int:
@@ -146,12 +158,17 @@ class DrawnPage:
 
 
 def drawn_pages(
-    prometheus_url: str, consoles: Path, urls: dict[str, str], wait_ms: int = 30000
+    prometheus_url: str,
+    consoles: Path,
+    urls: dict[str, str],
+    wait_ms: int = 30000,
+    clicks: dict[str, str] | None = None,
 ) -> dict[str, DrawnPage]:
     """Load the console pages (name -> URL relative to /consoles/, served from the consoles folder
-    given) in one headless Chromium and read what each one drew."""
+    given) in one headless Chromium and read what each one drew; clicks: name -> the id of a
+    button to click on that page once it is drawn."""
     probe = consoles / "zg-range-probe.html"
-    pages = [{"name": name, "url": url} for name, url in urls.items()]
+    pages = [{"name": name, "url": url, "click": (clicks or {}).get(name)} for name, url in urls.items()]
     probe.write_text(_PROBE_PAGE.replace("PAGES", json.dumps(pages)))
     dom = inspect_page(f"{prometheus_url}/consoles/{probe.name}", height=1600, wait_ms=wait_ms).dom
     found = _FACTS.search(dom)
@@ -160,7 +177,7 @@ def drawn_pages(
     out: dict[str, DrawnPage] = {}
     for name, page in json.loads(text).items():
         graphs = [_drawn_graph(g) for g in page["graphs"]]
-        out[name] = DrawnPage(page["range_text"], graphs, page["nan_lines"])
+        out[name] = DrawnPage(page["range_text"], graphs, page["nan_lines"], page["nav"])
     return out
 
 
@@ -169,6 +186,7 @@ def _drawn_graph(fact: dict[str, Any]) -> DrawnGraph:
     return DrawnGraph(
         expr=fact["expr"],
         duration_s=float(fact["duration_s"]),
+        end_s=float(fact["end_s"]),
         error=fact["error"],
         domain=(float(domain[0]), float(domain[1])) if domain else None,
         first_x=fact["first_x"],

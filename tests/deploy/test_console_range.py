@@ -2,8 +2,9 @@
 one request before Prometheus started (so every counter and histogram exists and stands still),
 and the Locust harness idle in its web UI (its exporter serves, no test started). Each page, drawn
 by headless Chromium with no range in its URL, states 15 minutes and its graphs span them; no
-panel shows NaN. And Overview's activity figures rise and fall together when a run ends
-(Prometheus's own engine, promtool, on the page's expressions)."""
+panel shows NaN, nor does any Grafana panel's query as its value mappings show it. The links
+between the pages carry the range to the next page. And Overview's activity figures rise and fall
+together when a run ends (Prometheus's own engine, promtool, on the page's expressions)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, REPO, RULES
+from tests.deploy.grafana_display import NO_VALUE, P99_TILES, STEP, shown
+from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, REPO, RULES, grafana_panels
 from tests.deploy.pictures import DrawnPage, drawn_pages
 from tests.deploy.stack import MODEL, UNIFIED_KEY, Stack, prom_api, start_gateway, start_prometheus, start_sim
 from tests.tools import require_tool
@@ -46,6 +49,12 @@ ASKED = {
     "hash": 'index.html#pctc{"duration":300,"endTime":0}',
     "range=90s": "index.html?range=90s",
     "range=abc": "index.html?range=abc",
+}
+END_S = int(time.time()) // 60 * 60  # an end time as the controls write it (whole minutes)
+NAV = {  # pages whose links are followed: the page, and the button clicked on it first
+    "nav range=90s": ("latency.html?range=90s", None),
+    "nav end": (f'gpu.html#pctc{{"duration":600,"endTime":{END_S}}}', None),
+    "nav shrunk": ("keys.html", "prom_graph_duration_shrink"),  # 15m -> 5m, as a user clicks "-"
 }
 
 
@@ -114,7 +123,16 @@ def idle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def drawn(idle: Stack) -> dict[str, DrawnPage]:
-    urls = {page: page for page in CONSOLE_PAGES} | ASKED
+    urls = {page: page for page in CONSOLE_PAGES} | ASKED | {name: url for name, (url, _) in NAV.items()}
+    clicks = {name: button for name, (_, button) in NAV.items() if button}
+    return drawn_pages(idle.prometheus_url, idle.workdir / "consoles", urls, clicks=clicks)
+
+
+@pytest.fixture(scope="module")
+def followed(idle: Stack, drawn: dict[str, DrawnPage]) -> dict[str, DrawnPage]:
+    """The pages that the Routing link of each NAV page leads to."""
+    urls = {name: next(h for h in drawn[name].nav_hrefs if h.split("?")[0].split("#")[0].endswith("/routing.html"))
+            for name in NAV}  # fmt: skip
     return drawn_pages(idle.prometheus_url, idle.workdir / "consoles", urls)
 
 
@@ -173,6 +191,63 @@ def test_idle_overview_reads_no_requests_and_zero(idle: Stack) -> None:
     tiles = re.sub(r"\s+", " ", served(idle, "index.html"))
     assert "no requests</span>" in tiles
     assert ">0.0 tok/s</a>" in tiles and ">0%</a>" in tiles, "TPS and GPU utilization at 0 while idle"
+
+
+def carried(href: str) -> dict[str, object]:
+    """What a link carries to the next page: its ?range= or its #pctc hash, decoded."""
+    parts = urllib.parse.urlsplit(href)
+    if parts.fragment.startswith("pctc"):
+        values: dict[str, object] = json.loads(urllib.parse.unquote(parts.fragment[4:]))
+        return values
+    return {"range": urllib.parse.parse_qs(parts.query).get("range")}
+
+
+@pytest.mark.parametrize(
+    ("name", "wanted"),
+    [
+        ("range=90s", {"range": ["90s"]}),
+        ("hash", {"range": ["5m"]}),  # 300 s up to now: ?range= says it
+        ("nav shrunk", {"range": ["5m"]}),
+        ("nav end", {"duration": 600, "endTime": END_S}),  # an end time: only the hash says it
+        ("index.html", {"range": ["15m"]}),
+    ],
+)
+def test_links_between_pages_carry_the_range(drawn: dict[str, DrawnPage], name: str, wanted: object) -> None:
+    hrefs = drawn[name].nav_hrefs
+    assert len(hrefs) == len(CONSOLE_PAGES) + 1, hrefs  # the brand and one link per page
+    assert [urllib.parse.urlsplit(h).path for h in hrefs[1:]] == [f"/consoles/{p}" for p in CONSOLE_PAGES]
+    assert all(carried(h) == wanted for h in hrefs), hrefs
+
+
+@pytest.mark.parametrize("name", NAV)
+def test_the_next_page_shows_the_range_of_the_page_before(
+    drawn: dict[str, DrawnPage], followed: dict[str, DrawnPage], name: str
+) -> None:
+    """Followed, a link opens the next page on the range (and end time) the page before stated."""
+    before, after = drawn[name], followed[name]
+    assert after.range_text == before.range_text != "15m"
+    assert_spans(after, before.range_s)
+    if name == "nav end":
+        assert {g.end_s for g in before.graphs + after.graphs} == {END_S}
+
+
+def test_idle_grafana_panels_show_no_nan(idle: Stack) -> None:
+    """Every Grafana panel's query on the idle stack, shown as its value mappings show it (the
+    value, or null as newer reducers make of NaN): never "NaN" nor "No data". The p99 tiles are
+    among those that are NaN now, and the Step tile reads 'no users'."""
+    nan_panels = set()
+    for panel in grafana_panels():
+        for target in panel["targets"]:
+            for result in prom_api(idle, "query", query=target["expr"])["result"]:
+                value = float(result["value"][1])
+                for seen in [value, None] if math.isnan(value) else [value]:
+                    assert shown(panel, seen) not in ("NaN", NO_VALUE), (panel["title"], target["expr"])
+                if math.isnan(value):
+                    nan_panels.add(panel["id"])
+    assert set(P99_TILES) <= nan_panels
+    ((step_target,),) = [p["targets"] for p in grafana_panels() if p["id"] == STEP]
+    (step,) = prom_api(idle, "query", query=step_target["expr"])["result"]
+    assert shown(next(p for p in grafana_panels() if p["id"] == STEP), float(step["value"][1])) == "no users"
 
 
 # ----- Overview after a run: promtool on the page's own expressions -----

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.deploy.grafana_display import shown
+from tests.deploy.grafana_display import P99_TILES, STEP, grafana_panel, shown
 from tests.deploy.paths import COMPOSE, DEPLOY, GRAFANA_DASHBOARD, RULES, grafana_panels, load_yaml
 from tests.tools import require_tool
 
@@ -72,17 +72,10 @@ def test_rows_match_the_console_pages() -> None:
 
 OVERVIEW_ACTIVITY = [2, 3, 4, 7]  # output TPS (gateway, engines), requests/s, GPU utilization
 LOADTEST_ACTIVITY = [36, 39]  # output TPS (client), GPU utilization (harness)
-P99_TILES = [5, 6, 37, 38]  # TTFT and TPOT p99, gateway and client: NaN over a minute without requests
-STEP = 35
-
-
-def panel(panel_id: int) -> dict[str, Any]:
-    (found,) = [p for p in grafana_panels() if p["id"] == panel_id]
-    return found
 
 
 def expr(panel_id: int) -> str:
-    (target,) = panel(panel_id)["targets"]
+    (target,) = grafana_panel(panel_id)["targets"]
     return str(target["expr"])
 
 
@@ -127,7 +120,7 @@ def test_step_reads_as_the_console_prints_it(tmp_path: Path) -> None:
     values = {"no users": -1.0, "warm-up": 0.0, "1": 1.0, "2": 2.0}
     checks = [(expr(STEP), f"{60 * i + 30}s", values[text]) for i, (_, _, _, text) in enumerate(phases)]
     assert promtool_test(tmp_path, series, checks) == ""
-    assert [shown(panel(STEP), values[text]) for *_, text in phases] == [text for *_, text in phases]
+    assert [shown(grafana_panel(STEP), values[text]) for *_, text in phases] == [text for *_, text in phases]
 
 
 def test_activity_tiles_fall_to_0_together_when_a_run_ends(tmp_path: Path) -> None:
@@ -153,8 +146,8 @@ def test_p99_tiles_read_no_requests_for_nan() -> None:
     """A quantile over a minute without requests is NaN (null, once Grafana's reducer skips NaN):
     the p99 tiles say so in words. (Which panels are NaN on an idle stack: test_console_range.)"""
     for panel_id in P99_TILES:
-        assert shown(panel(panel_id), math.nan) == shown(panel(panel_id), None) == "no requests"
-        assert shown(panel(panel_id), 0.25) == "0.25"
+        assert shown(grafana_panel(panel_id), math.nan) == shown(grafana_panel(panel_id), None) == "no requests"
+        assert shown(grafana_panel(panel_id), 0.25) == "0.25"
 
 
 def test_the_dashboard_opens_on_the_last_15_minutes() -> None:

@@ -54,6 +54,7 @@ RAW_SERIES = [
     "zerogap_sim_token_interval_seconds",
     "zerogap_sim_cpu_interval_seconds",
     "zerogap_loadtest_users",
+    "zerogap_loadtest_num_steps",
     "zerogap_loadtest_output_tokens_total",
     "zerogap_loadtest_ttft_seconds_bucket",
     "zerogap_loadtest_cpu_percent",
@@ -201,8 +202,8 @@ def shown_step(stack: Stack) -> str:
 
 def test_load_generator_page_counts_steps_from_one(live: Stack) -> None:
     """The harness exports the step running now from 0 (its console prints "step 1/2" for it): the
-    page shows it from 1, as the console does. Read between two equal readings of the exporter's
-    figure, so that a step that changes meanwhile is read again."""
+    page shows it from 1 of the run's 2 steps, "1 / 2", as the console does. Read between two equal
+    readings of the exporter's figure, so that a step that changes meanwhile is read again."""
     for _ in range(5):
         before = finite_values(prom_api(live, "query", query="max(zerogap_loadtest_step)")["result"])
         shown = shown_step(live)
@@ -210,7 +211,7 @@ def test_load_generator_page_counts_steps_from_one(live: Stack) -> None:
         if before == after:
             break
     assert before == after and before[0] in (0, 1), (before, after)  # steps [2, 4]: 0 or 1 while the load runs
-    assert shown == f"{before[0] + 1:.0f}"
+    assert shown == f"{before[0] + 1:.0f} / 2"
 
 
 def test_dashboard_check_can_fail(live: Stack, tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ CONTRACT_METRICS = {
     # The Locust harness's exporter (loadtest/_exporter.py).
     "zerogap_loadtest_users",
     "zerogap_loadtest_step",
+    "zerogap_loadtest_num_steps",
     "zerogap_loadtest_requests_total",
     "zerogap_loadtest_output_tokens_total",
     "zerogap_loadtest_ttft_seconds",
