@@ -57,34 +57,37 @@ class _Rest:
 class Pipe:
     """Relays the body of one streamed answer; the relay yields it, proxy._drive runs it with `send`."""
 
-    __slots__ = ("_backlog", "_flusher", "_message", "_send", "_write", "error", "exchange", "filt", "resp", "watch")
+    __slots__ = ("_backlog", "_error", "_flusher", "_message", "_send", "_write", "exchange", "filt", "resp", "watch")
 
     def __init__(self, resp: UpstreamResponse, filt: SseFilter, exchange: Exchange, watch: IdleWatch) -> None:
         self.resp = resp
         self.filt = filt
         self.exchange = exchange
         self.watch = watch
-        self.error: BaseException | None = None  # what broke the stream (UpstreamError, or from send)
+        self._error: BaseException | None = None  # what broke the stream (UpstreamError, or from send)
         self._send: Send | None = None
         self._write: ChunkWriter | None = None  # straight to the socket when send would do only that
         self._message: Message = {"type": "http.response.body", "body": b"", "more_body": True}
         self._backlog: list[bytes] | None = None  # chunks behind a send that waits (None: none waits)
         self._flusher: asyncio.Task[None] | None = None
 
-    async def run(self, send: Send) -> None:
-        """Relay until the backend's body ends or breaks (then `error` says why)."""
+    async def run(self, send: Send) -> BaseException | None:
+        """Relay until the backend's body ends (None) or breaks: then what broke it (an
+        UpstreamError from the backend, or what sending to the client raised)."""
         self._send = send
         self._write = chunk_writer(send)
         try:
             await self.resp.pipe(self._on_data)
         except UpstreamError as exc:
-            self.error = self.error or bare(exc)
+            self._error = self._error or bare(exc)
         except BaseException:
             if self._flusher is not None:
                 self._flusher.cancel()
             raise
         if self._flusher is not None:
             await self._flusher
+        error, self._error = self._error, None
+        return error
 
     def _on_data(self, data: bytes) -> None:
         self.exchange.last_s = self.watch.last_s = time.monotonic()
@@ -130,6 +133,6 @@ class Pipe:
             self._broken(task.exception())
 
     def _broken(self, exc: BaseException | None) -> None:
-        """Sending to the client failed: stop the stream (run() returns, `error` says why)."""
-        self.error = bare(exc) if exc is not None else None
+        """Sending to the client failed: stop the stream (run() returns what broke it)."""
+        self._error = bare(exc) if exc is not None else None
         self.resp.close()

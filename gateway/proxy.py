@@ -20,17 +20,16 @@ from gateway.asgi import (
     send_error,
 )
 from gateway.errors import ApiError
-from gateway.exchange import SSE_HEADERS, Exchange, Reply
+from gateway.exchange import SSE_HEADERS, Exchange
 from gateway.limits import Slot, estimate_tokens, limited_at_head
 from gateway.pipe import Pipe
 from gateway.request import parse_call
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator
-
     from gateway.auth import Principal
     from gateway.gateway import Gateway
     from gateway.pool import ModelPool
+    from gateway.relay import Items
 
 log = logging.getLogger("zerogap.gateway.proxy")
 T = TypeVar("T")
@@ -218,15 +217,21 @@ async def serve(gw: Gateway, exchange: Exchange, pool: ModelPool, receive: Recei
         watch.cancel()
 
 
-async def _drive(items: AsyncGenerator[Reply | bytes | Pipe, None], send: Send, client: ClientSide) -> None:
+async def _drive(items: Items, send: Send, client: ClientSide) -> None:
     done = False
+    outcome: BaseException | None = None  # what broke the last pipe: sent back to the relay
     try:
-        async for item in items:
+        while True:
+            try:
+                item = await items.asend(outcome)
+            except StopAsyncIteration:
+                break
+            outcome = None
             if isinstance(item, bytes):
                 await send({"type": "http.response.body", "body": item, "more_body": True})
                 continue
             if isinstance(item, Pipe):  # the body of a stream, relayed from the upstream's callback
-                await item.run(send)
+                outcome = await item.run(send)
                 continue
             await send({"type": "http.response.start", "status": item.status, "headers": item.headers})
             if item.body is not None:  # the whole answer; the generator ends after it

@@ -38,6 +38,11 @@ CREDENTIAL_STATUSES = frozenset({401, 403})  # the backend refused the gateway's
 OUTLIER_LABELS = frozenset({"connect", "broken", "500", "502", "503", "504"})  # failures that count toward ejection
 
 
+# What the relay yields (the reply's head, body bytes, a Pipe for a stream's body) and what it is
+# sent back: after a Pipe, what broke it (None: it ended well).
+Items = AsyncGenerator[Reply | bytes | Pipe, BaseException | None]
+
+
 class AttemptFailed(Exception):
     """One attempt at a backend failed before the first byte, and what the client gets if it is the
     last: another backend is tried unless `retryable` is False (the gateway is shutting down).
@@ -72,7 +77,7 @@ class Relay:
         self.flights = flights
         self.outlier = outlier
 
-    async def run(self, exchange: Exchange, pool: ModelPool) -> AsyncGenerator[Reply | bytes | Pipe, None]:
+    async def run(self, exchange: Exchange, pool: ModelPool) -> Items:
         tried: list[Backend] = []
         no_backend = f"No healthy backend serves model {exchange.call.model!r} right now."
         failure = AttemptFailed(503, "no_backend", no_backend)
@@ -109,8 +114,13 @@ class Relay:
                     else:  # closed here, not by the collector: its finally sets the charge, settled below
                         stream = self._stream(exchange, resp, first, flight)
                         try:
-                            async for item in stream:
-                                yield item
+                            outcome: BaseException | None = None
+                            while True:  # `yield from` for async generators: a pipe's outcome goes back in
+                                try:
+                                    item = await stream.asend(outcome)
+                                except StopAsyncIteration:
+                                    break
+                                outcome = yield item
                         finally:
                             await stream.aclose()
                     return
@@ -259,9 +269,7 @@ class Relay:
         exchange.charge = charging.of_body(exchange.call, answer)
         return json_reply(200, body)
 
-    async def _stream(
-        self, exchange: Exchange, resp: UpstreamResponse, first: bytes, flight: Flight
-    ) -> AsyncGenerator[Reply | bytes | Pipe, None]:
+    async def _stream(self, exchange: Exchange, resp: UpstreamResponse, first: bytes, flight: Flight) -> Items:
         exchange.first_s = time.monotonic()
         exchange.status = 200
         exchange.replied = True
@@ -277,9 +285,9 @@ class Relay:
             data = filt.feed(first)
             if data:
                 yield data
-            pipe = Pipe(resp, filt, exchange, watch)
-            yield pipe  # proxy._drive runs it: the rest of the body goes to the client from here
-            error, pipe.error = pipe.error, None
+            # proxy._drive runs the pipe (the rest of the body goes to the client from here) and
+            # sends back what broke it, if anything
+            error = yield Pipe(resp, filt, exchange, watch)
             if error is None and watch.fired:
                 error = UpstreamError("idle", "idle timeout")
             if isinstance(error, UpstreamError):  # the backend broke the stream, or went quiet

@@ -86,11 +86,11 @@ async def test_a_send_that_waits_holds_the_backend_and_loses_nothing(buffered, w
                 after_wait.append(len(sent) + 1)
             sent.append(bytes(message["body"]))
 
-        await asyncio.wait_for(pipe.run(send), 30)
+        error = await asyncio.wait_for(pipe.run(send), 30)
         sent.append(filt.rest())
         resp.release()
         await client.close()
-    assert pipe.error is None and held == [True] * len(waits_at)  # reading from the backend paused meanwhile
+    assert error is None and held == [True] * len(waits_at)  # reading from the backend paused meanwhile
     assert tokens(b"".join(sent)) == "".join(f" t{k}" for k in range(NUM_TOKENS))  # every token, once, in order
     # the chunks of one read (the burst the backend wrote during each wait) went out in one send
     burst = [num_tokens_in(sent[i]) for i in after_wait if i < len(sent)]
@@ -110,8 +110,8 @@ async def test_a_send_that_fails_stops_the_stream_and_closes_the_upstream_reques
             if num_sent == 3:
                 raise RuntimeError("the client's transport broke")
 
-        await asyncio.wait_for(pipe.run(send), 10)
-        assert isinstance(pipe.error, RuntimeError)
+        error = await asyncio.wait_for(pipe.run(send), 10)
+        assert isinstance(error, RuntimeError)
         assert up.wait_for(lambda s: s.requests[0].disconnected, 5)
         await client.close()
     assert up.requests[0].num_tokens_sent < NUM_TOKENS
