@@ -50,7 +50,7 @@ def virtual_step(index: int, concurrency: int, plan: TunePlan, candidate: Candid
         "rps": round(s.rps, 3),
         "goodput_rps": round(_goodput(run, start, plan.step_s, slo_ttft_s, slo_tpot_s), 3),
         "ttft_ms": {"p50": _ms(s.ttft_p50_s), "p99": _ms(s.ttft_p99_s)},
-        "tpot_ms": {"p50": _ms(s.tpot_mean_s), "mean": _ms(s.tpot_mean_s)},
+        "tpot_ms": {"p50": _ms(s.tpot_p50_s), "mean": _ms(s.tpot_mean_s)},
         "gpu_util": {"mean": round(s.gpu_busy * 100, 2), "min": round(s.gpu_busy * 100, 2)},
         "token_interval_ms": round(s.token_interval_ms, 3),  # the GPU's idle gap between two forwards
         "cpu_interval_ms": round(s.cpu_interval_ms, 3),  # the CPU work per step, hidden or not
