@@ -37,3 +37,28 @@ def concurrency_list(text: str) -> list[int]:
             f"{text!r}: give positive concurrencies (each >= 1), whole numbers separated by commas, e.g. 32,128,256"
         )
     return values
+
+
+SLO_NAMES = ("ttft_ms", "tpot_ms")
+
+
+def slo_targets(text: str) -> dict[str, float]:
+    """'ttft_ms=500,tpot_ms=50' -> {"ttft_ms": 500.0, "tpot_ms": 50.0} (either may be left out)."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        if name not in SLO_NAMES:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: give ttft_ms=N and/or tpot_ms=N (milliseconds), e.g. ttft_ms=2000,tpot_ms=100"
+            )
+        out[name] = positive_float(value)
+    return out
+
+
+def both_slo_targets(text: str) -> dict[str, float]:
+    """As slo_targets, with both ttft_ms and tpot_ms required."""
+    out = slo_targets(text)
+    missing = [n for n in SLO_NAMES if n not in out]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{text!r} has no {' or '.join(missing)}: give ttft_ms=N,tpot_ms=N")
+    return out

@@ -8,31 +8,12 @@ the SLO, up to MAX_REPLICAS. The table it decided from is printed with the answe
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from backends.sim.pool_plan import Load, Predicted, Window, predict
 from backends.sim.settings import SimSettings
-from zerogap.argtypes import positive_float
 
 MAX_REPLICAS = 64
-SLO_NAMES = ("ttft_ms", "tpot_ms")
-
-
-def slo_arg(text: str) -> dict[str, float]:
-    """'ttft_ms=500,tpot_ms=50' -> {"ttft_ms": 500.0, "tpot_ms": 50.0}; both are needed."""
-    out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
-        if name not in SLO_NAMES:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: give ttft_ms=N,tpot_ms=N (milliseconds), e.g. ttft_ms=2000,tpot_ms=100"
-            )
-        out[name] = positive_float(value)
-    missing = [n for n in SLO_NAMES if n not in out]
-    if missing:
-        raise argparse.ArgumentTypeError(f"{text!r} has no {' or '.join(missing)}: give ttft_ms=N,tpot_ms=N")
-    return out
 
 
 @dataclass(frozen=True, slots=True)

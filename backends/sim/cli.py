@@ -14,10 +14,10 @@ import signal
 import sys
 from pathlib import Path
 
-from backends.sim.capacity import MAX_REPLICAS, slo_arg
+from backends.sim.capacity import MAX_REPLICAS
 from backends.sim.plan_compare import compare_lines
 from backends.sim.settings import SimSettings, settings_from_config
-from zerogap.argtypes import concurrency_list, positive_float, positive_int
+from zerogap.argtypes import both_slo_targets, concurrency_list, positive_float, positive_int
 from zerogap.config import ConfigError, load_config
 
 DEFAULT_PORT = 8100
@@ -87,7 +87,7 @@ def plan_parser() -> argparse.ArgumentParser:
     _engine_flags(parser)
     parser.add_argument("--concurrency", type=concurrency_list, help="steps, e.g. 32,128,256")
     parser.add_argument("--users", type=positive_int, help="the capacity question: how many replicas for N users")
-    parser.add_argument("--slo", type=slo_arg, help="with --users: ttft_ms=N,tpot_ms=N (p50s, in ms)")
+    parser.add_argument("--slo", type=both_slo_targets, help="with --users: ttft_ms=N,tpot_ms=N (p50s, in ms)")
     parser.add_argument("--max-replicas", type=positive_int, default=MAX_REPLICAS,
                         help=f"with --users: try up to this many replicas (default {MAX_REPLICAS})")  # fmt: skip
     parser.add_argument("--prompt-tokens", type=positive_int, default=512)

@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from zerogap.argtypes import concurrency_list, positive_float, positive_int
+from zerogap.argtypes import concurrency_list, positive_float, positive_int, slo_targets
 from zerogap.config import ConfigError, load_config
 from zerogap.config.model import Config
 from zerogap.tune.estimate import estimate
@@ -29,19 +29,6 @@ from zerogap.tune.virtual import run_virtual
 DEFAULT_SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0}  # the load test's own defaults (settings.json slo)
 
 
-def slo_arg(text: str) -> dict[str, float]:
-    """'ttft_ms=500,tpot_ms=50' -> {"ttft_ms": 500.0, "tpot_ms": 50.0} (either may be left out)."""
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
-        if name not in DEFAULT_SLO:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: give ttft_ms=N and/or tpot_ms=N, e.g. ttft_ms=2000,tpot_ms=100"
-            )
-        out[name] = positive_float(value)
-    return out
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerogap tune", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=None, help="config.toml (default ./config.toml if present)")
@@ -54,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--step-seconds", type=positive_float, default=60.0, help="hold each step (default 60)")
     parser.add_argument("--measure-seconds", type=positive_float, default=None, help="measure its last N s (2/3)")
     parser.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up at the first step (default 5)")
-    parser.add_argument("--slo", type=slo_arg, default={}, help="ttft_ms=N,tpot_ms=N (default 2000 and 100)")
+    parser.add_argument("--slo", type=slo_targets, default={}, help="ttft_ms=N,tpot_ms=N (default 2000 and 100)")
     parser.add_argument("--input-tokens", type=positive_int, default=128, help="prompt tokens (default 128)")
     parser.add_argument("--output-tokens", type=positive_int, default=64, help="output tokens (default 64)")
     parser.add_argument("--virtual", action="store_true", help="sim only: every candidate in virtual time")
