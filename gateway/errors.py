@@ -33,6 +33,19 @@ class ApiError(Exception):
         return json.dumps(self.body()).encode()
 
 
+def unknown_model(model: str) -> ApiError:
+    return ApiError(
+        404, f"The model {model!r} does not exist here. GET /v1/models lists the models.", param="model",
+        code="model_not_found",
+    )  # fmt: skip
+
+
+def model_not_allowed(model: str) -> ApiError:
+    return ApiError(
+        403, f"This key may not use the model {model!r}.", "permission_error", param="model", code="model_not_allowed"
+    )
+
+
 def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 

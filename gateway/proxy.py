@@ -19,7 +19,7 @@ from gateway.asgi import (
     read_body,
     send_error,
 )
-from gateway.errors import ApiError
+from gateway.errors import ApiError, model_not_allowed, unknown_model
 from gateway.exchange import SSE_HEADERS, Exchange
 from gateway.limits import Slot, estimate_tokens, limited_at_head
 from gateway.pipe import Pipe
@@ -41,7 +41,7 @@ def method_not_allowed(allowed: str) -> ApiError:
     )
 
 
-def _check_content_type(scope: Scope) -> None:
+def check_content_type(scope: Scope) -> None:
     value = header(scope, b"content-type")
     if value is None or value.split(b";")[0].strip().lower() != b"application/json":
         shown = value.decode(errors="replace") if value else "none"
@@ -109,7 +109,7 @@ class Completions:
             raise method_not_allowed("POST")
         who = await gw.auth.authenticate(header(scope, b"authorization"), client_host(scope))
         labels["key"] = who.name
-        _check_content_type(scope)
+        check_content_type(scope)
         max_body_bytes = gw.config.gateway.max_body_bytes
         check_declared_length(scope, max_body_bytes)  # 413 before the limits: a refusal takes nothing
         if limited_at_head(who):
@@ -120,20 +120,9 @@ class Completions:
         pool = gw.router.pools.get(call.model)
         labels["model"] = call.model if pool is not None else "unknown"  # never a client's arbitrary string
         if pool is None:
-            raise ApiError(
-                404,
-                f"The model {call.model!r} does not exist here. GET /v1/models lists the models.",
-                param="model",
-                code="model_not_found",
-            )
+            raise unknown_model(call.model)
         if not who.may_use(call.model):
-            raise ApiError(
-                403,
-                f"This key may not use the model {call.model!r}.",
-                "permission_error",
-                param="model",
-                code="model_not_allowed",
-            )
+            raise model_not_allowed(call.model)
         estimate = estimate_tokens(len(raw), call.budget_tokens)
         if who.tpm is not None:
             await self._limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))

@@ -171,13 +171,19 @@ def _completion_tokens(body: dict[str, Any], chat: bool, settings: GatewaySectio
     return max_tokens  # the completions API has only max_tokens
 
 
-def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> Call:
-    body = decode_object(raw)
+def model_of(body: dict[str, Any]) -> str:
+    """The body's `model`, or a 400: required, a string, at most MAX_MODEL_CHARS (it is echoed in a 404)."""
     model = body.get("model")
     if type(model) is not str or not model:
         raise invalid("'model' is required: the name of a model from GET /v1/models.", "model")
-    if len(model) > MAX_MODEL_CHARS:  # it would be echoed back in a 404
+    if len(model) > MAX_MODEL_CHARS:
         raise invalid(f"'model' is longer than {MAX_MODEL_CHARS} characters: see GET /v1/models.", "model")
+    return model
+
+
+def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> Call:
+    body = decode_object(raw)
+    model = model_of(body)
     stream = _flag(body.get("stream"), "stream")
     wants_usage, wants_continuous = _stream_options(body)
     if chat:

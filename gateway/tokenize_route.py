@@ -2,10 +2,11 @@
 holds a key counts tokens with the tokenizer of the model it will ask for, without knowing
 the engines' addresses (the load-test harness calibrates its prompts this way).
 
-The request is checked as a completion's head is: the key, the model's allow-list, the key's
-rpm and max_concurrency (a tenant cannot flood the engines through it); then it goes to a
-healthy backend of the body's `model`, under the backend's own name for it and with the
-backend's api_key (never the client's). The engine's answer is returned as it is."""
+The request is checked as a completion's is: the key, the Content-Type, the body's size, its
+JSON and `model` (gateway/request.py's model_of), the model's allow-list, the key's rpm and
+max_concurrency (a tenant cannot flood the engines through it). Then it goes to a healthy
+backend of that model, under the backend's own name for it and with the backend's api_key
+(never the client's). The engine's answer is returned as it is."""
 
 from __future__ import annotations
 
@@ -15,29 +16,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.asgi import client_host, header, read_body
-from gateway.errors import ApiError
+from gateway.errors import ApiError, model_not_allowed, unknown_model
 from gateway.gateway import Gateway
 from gateway.limits import limited_at_head
 from gateway.pool import Backend
+from gateway.proxy import check_content_type
+from gateway.request import model_of
 from gateway.strict_json import decode_object
 from gateway.upstream import UpstreamError
 
 PATHS = ("/tokenize", "/detokenize")
 
 
-def _model_of(body: dict[str, object]) -> str:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "The body needs a `model`: the name GET /v1/models lists.", param="model",
-                       code="missing_model")  # fmt: skip
-    return model
-
-
 def _backend(gw: Gateway, model: str) -> Backend:
     pool = gw.router.pools.get(model)
     if pool is None:
-        raise ApiError(404, f"The model {model!r} does not exist here. GET /v1/models lists the models.",
-                       param="model", code="model_not_found")  # fmt: skip
+        raise unknown_model(model)
     backend = pool.choose()
     if backend is None:
         raise ApiError(503, f"No healthy backend serves model {model!r} right now.", "server_error",
@@ -75,13 +69,13 @@ async def tokenize(request: Request) -> Response:
     slot = None
     try:
         who = await gw.auth.authenticate(header(scope, b"authorization"), client)
+        check_content_type(scope)
         if limited_at_head(who):
             slot = await gw.limiter.admit(who)
         body = decode_object(await read_body(request.receive, scope, gw.config.gateway.max_body_bytes))
-        model = _model_of(body)
+        model = model_of(body)
         if not who.may_use(model):
-            raise ApiError(403, f"This key may not use the model {model!r}.", "permission_error", param="model",
-                           code="model_not_allowed")  # fmt: skip
+            raise model_not_allowed(model)
         return await _forward(gw, _backend(gw, model), path, body)
     except ApiError as exc:
         return JSONResponse(exc.body(), exc.status, headers=exc.headers)

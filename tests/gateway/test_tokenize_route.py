@@ -49,9 +49,20 @@ async def test_tokenize_is_guarded_like_a_completion(tmp_path) -> None:
             assert status == 404 and error_of(raw)["code"] == "model_not_found", raw
             status, _, raw = await post(gs.url + "/tokenize", {"prompt": "hi"}, auth())
             assert status == 400 and error_of(raw)["param"] == "model", raw
+            status, _, raw = await post(gs.url + "/tokenize", {"model": "m" * 10_000, "prompt": "hi"}, auth())
+            assert status == 400 and error_of(raw)["param"] == "model" and len(raw) < 1000, raw[:300]
             async with (
                 aiohttp.ClientSession() as session,
-                session.post(gs.url + "/tokenize", data=b"{not json", headers=auth()) as resp,
+                session.post(
+                    gs.url + "/tokenize", data=b'{"model": "m"}', headers={**auth(), "Content-Type": "text/plain"}
+                ) as resp,
+            ):
+                assert resp.status == 415, await resp.read()
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(
+                    gs.url + "/tokenize", data=b"{not json", headers={**auth(), "Content-Type": "application/json"}
+                ) as resp,
             ):
                 assert resp.status == 400 and error_of(await resp.read())["type"] == "invalid_request_error"
             statuses = [(await post(gs.url + "/tokenize", {"model": "m", "prompt": "hi"}, auth(limited)))[0]
