@@ -181,7 +181,7 @@ def connections() -> list[tuple[str, str]]:
     settings = parse_settings(find("ConfigMap", "zerogap-loadtest")["data"]["settings.json"], "settings.json")
     for role in ("locust-master", "locust-worker"):
         out += [(role, settings.api.base_url), (role, settings.workload.tokenize_url)]
-    out += [("locust-master", url) for url in settings.metrics.backend_metrics_urls]
+    out += [("locust-master", url) for url in settings.metrics.backend_metrics_urls or []]
     out += [("locust-master", settings.metrics.gpu_util.prometheus_url)]
     out += [("locust-worker", f"tcp://locust-master.{NAMESPACE}.svc:5557")]
     return out

@@ -33,7 +33,7 @@ def test_unavailable_sources_give_null_with_the_reason() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     metrics = MetricsSection(backend_metrics_urls=[f"{dead}/metrics"], scrape_timeout_seconds=0.5)
     gpu = GpuUtil(metrics)
-    value, reason = gpu.sample(scrape_backends(metrics.backend_metrics_urls, gpu.metric_names(), 0.5))
+    value, reason = gpu.sample(scrape_backends(metrics.backend_metrics_urls or [], gpu.metric_names(), 0.5))
     assert value is None and dead in reason
     assert GpuUtil(MetricsSection()).sample(scrape_backends([], set(), 0.5)) == (
         None,
