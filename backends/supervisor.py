@@ -22,8 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from backends.process_group import group_alive, new_group_preexec, signal_group
 from zerogap.net import http_ok, port_is_free
+from zerogap.process_group import group_alive, new_group_preexec, signal_group
 
 TAIL_LINES = 200
 BACKOFF_START_S = 1.0

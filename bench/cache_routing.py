@@ -36,11 +36,11 @@ from typing import Any
 
 import aiohttp
 
-from backends.process_group import stop_process
 from backends.sim.testing import run_sim_process
 from loadtest import Workload, parse_settings
 from zerogap.config.routing import CacheAwareSection
 from zerogap.net import free_port
+from zerogap.process_group import stop_process
 from zerogap.promtext import sum_samples, sums_by_name
 
 REPO = Path(__file__).resolve().parent.parent

@@ -43,10 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backends.process_group import stop_process
 from bench._peers import NGINX_INSTALL, PEERS, ROUTERS, find_nginx, install_routers, nginx_command
 from bench._report import report
 from zerogap.net import free_port, wait_for_port
+from zerogap.process_group import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "bench-unified-key"

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.process_group import stop_process
 from bench.soak_load import KEY, Tally, run_clients
 from zerogap.net import free_port, wait_for_port
+from zerogap.process_group import stop_process
 from zerogap.promtext import sum_samples
 
 GROWTH_LIMIT = 0.05

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from types import FrameType
 
-from backends.process_group import new_group_preexec
 from gateway.limits.sqlite import SHARED_LIMITS_ENV
 from zerogap.commands import zerogap_command
+from zerogap.process_group import new_group_preexec
 
 log = logging.getLogger("zerogap.gateway.workers")
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from backends.process_group import group_alive
 from backends.supervisor import ChildSpec, Hooks, StartupFailure, Supervisor, Timing
 from zerogap.net import free_port, wait_for_port
+from zerogap.process_group import group_alive
 
 SERVER = """
 import http.server, subprocess, sys

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from backends.process_group import group_alive
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
 from backends.supervisor_thread import SupervisorThread
 from zerogap.net import free_port, http_ok
+from zerogap.process_group import group_alive
 
 SERVER = """
 import http.server, subprocess, sys

@@ -17,7 +17,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from backends.process_group import stop_process
 from gateway.keys.base import KeyStoreError
 from gateway.keys.postgres import PostgresStore
 from gateway.limits.redis import RedisLimiter
@@ -29,6 +28,7 @@ from tests.tools import require_tool
 from zerogap.config.loader import load_config
 from zerogap.config.model import Config
 from zerogap.net import free_port, wait_for_port
+from zerogap.process_group import stop_process
 
 DEPLOYS = ["k8s", "compose"]
 _COMPOSE_VAR = re.compile(r"\$\{([A-Z_]+)(?::[-?][^}]*)?\}")

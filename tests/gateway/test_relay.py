@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from backends.process_group import stop_process
 from gateway.http_client import HttpUpstream
 from gateway.upstream import UpstreamResponse
 from tests.fixtures.upstream import Behavior, UpstreamServer
@@ -28,6 +27,7 @@ from tests.gateway.helpers import (
     wait_until,
 )
 from zerogap.net import free_port, wait_for_port
+from zerogap.process_group import stop_process
 
 
 async def test_stream_is_relayed_and_usage_chunk_stripped(tmp_path) -> None:

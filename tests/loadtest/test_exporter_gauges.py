@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.process_group import stop_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.helpers import LOCUST, write_settings
 from tests.support import REPO
 from zerogap.net import free_port, wait_for_port
+from zerogap.process_group import stop_process
 
 pytestmark = pytest.mark.slow
 

@@ -19,10 +19,10 @@ from typing import IO, Any
 import psutil
 import pytest
 
-from backends.process_group import stop_process
 from backends.tiny_model import build_tiny_model
 from tests.support import REPO, zerogap_cmd
 from zerogap.net import free_port, wait_http_ok
+from zerogap.process_group import stop_process
 from zerogap.promtext import sum_samples
 
 UNIFIED = "vllm-tier-unified-key"

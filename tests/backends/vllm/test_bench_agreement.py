@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.process_group import stop_process
 from backends.tiny_model import build_tiny_model
 from tests.backends.vllm.bench_agreement import Load, compare
 from tests.backends.vllm.pool import vllm_interpreter
 from tests.support import zerogap_cmd
 from zerogap.net import free_port, wait_http_ok
+from zerogap.process_group import stop_process
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
