@@ -1,6 +1,6 @@
 """`zerogap sim calibrate`: fit the [sim] cost model to stepped load-test runs.
 
-The forward model is the sim itself in virtual time (pool_plan.predict: the same
+The forward model is the sim itself in virtual time (pool_predict.predict: the same
 scheduler, cost model and closed loop as `zerogap sim plan`), run at each measured step's
 load; a Levenberg-Marquardt search (least_squares.py) scales the terms the data can pin
 down (fit_terms.py) so that the modelled output TPS, TPOT p50, TTFT p50, GPU busy and CPU
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from backends.sim.calibrate_runs import Observation
-from backends.sim.fit_terms import Plan, Term, base_values, plan_terms
+from backends.sim.fit_terms import Term, TermChoice, base_values, choose_terms
 from backends.sim.least_squares import Vector, least_squares, standard_errors
-from backends.sim.pool_plan import Predicted
+from backends.sim.pool_predict import Predicted
 from backends.sim.settings import SimSettings
 from backends.sim.stepped import Schedule, Step, measure_steps, simulate
 
@@ -107,12 +107,14 @@ def with_engine_signals(
 
 
 class _Objective:
-    def __init__(self, settings: SimSettings, observations: list[Observation], replicas: int, plan: Plan) -> None:
+    def __init__(
+        self, settings: SimSettings, observations: list[Observation], replicas: int, choice: TermChoice
+    ) -> None:
         self.settings = settings
         self.observations = observations
         self.replicas = replicas
-        self.terms = plan.terms
-        self.base = {**base_values(settings), **plan.fixed}
+        self.terms = choice.terms
+        self.base = {**base_values(settings), **choice.fixed}
         runs: dict[tuple[str, int, int], list[Observation]] = {}
         for o in observations:  # a run with several prompt lengths is one schedule per length
             runs.setdefault((o.run, o.prompt_tokens, o.output_tokens), []).append(o)
@@ -182,13 +184,13 @@ def _start(objective: _Objective, observations: list[Observation]) -> Vector:
 def calibrate(settings: SimSettings, observations: list[Observation], replicas: int = 1) -> Calibration:
     started = time.monotonic()
     settings, notes = with_engine_signals(settings, observations, replicas)
-    plan = plan_terms(settings, observations)
-    objective = _Objective(settings, observations, replicas, plan)
+    choice = choose_terms(settings, observations)
+    objective = _Objective(settings, observations, replicas, choice)
     solution = least_squares(objective, _start(objective, observations))
     fitted_settings = objective.settings_at(solution.x)
     fitted = {
-        name: float(getattr(fitted_settings.cost, name)) for term in plan.terms for name in term.fields
-    } | plan.fixed
+        name: float(getattr(fitted_settings.cost, name)) for term in choice.terms for name in term.fields
+    } | choice.fixed
     errors = [float(e) for e in standard_errors(solution)]
     errors = [
         math.inf if float(np.abs(column).max(initial=0.0)) < 1e-3 else e
@@ -198,8 +200,8 @@ def calibrate(settings: SimSettings, observations: list[Observation], replicas: 
     return Calibration(
         settings=fitted_settings,
         fitted=fitted,
-        terms=plan.terms,
-        notes=notes + plan.notes,
+        terms=choice.terms,
+        notes=notes + choice.notes,
         steps=steps,
         num_evaluations=objective.num_evaluations,
         elapsed_s=time.monotonic() - started,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.sim.pool_plan import Load, Predicted, Window, predict
+from backends.sim.pool_predict import Load, Predicted, Window, predict
 from backends.sim.settings import SimSettings
 
 MAX_REPLICAS = 64

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from backends.sim.capacity import MAX_REPLICAS
-from backends.sim.plan_compare import compare_lines
 from backends.sim.settings import SimSettings, settings_from_config
+from backends.sim.sweep_compare import compare_lines
 from zerogap.argtypes import both_slo_targets, concurrency_list, positive_float, positive_int
 from zerogap.config import ConfigError, load_config
 
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
 
 
 def _plan_main(argv: list[str]) -> int:
-    from backends.sim.plan import format_table, run_plan
+    from backends.sim.sweep import format_table, run_sweep
 
     parser = plan_parser()
     args = parser.parse_args(argv)
@@ -144,7 +144,7 @@ def _plan_main(argv: list[str]) -> int:
         variants = [settings.with_flags(async_scheduling=a, slot_reuse=s) for a, s in _COMPARE]
     rows = []
     for variant in variants:
-        rows += run_plan(
+        rows += run_sweep(
             variant, args.concurrency, args.prompt_tokens, args.output_tokens, args.step_duration_s,
             args.measure_last_s,
         )  # fmt: skip
@@ -164,7 +164,7 @@ def _plan_main(argv: list[str]) -> int:
 
 def _capacity(settings: SimSettings, args: argparse.Namespace) -> int:
     from backends.sim.capacity import fewest_replicas, format_answer
-    from backends.sim.pool_plan import Load, Window
+    from backends.sim.pool_predict import Load, Window
 
     load = Load(args.users, args.prompt_tokens, args.output_tokens)
     window = Window(args.step_duration_s - args.measure_last_s, args.measure_last_s)

@@ -1,7 +1,7 @@
 """The engine core: scheduler + cost model + the synthetic model, with no clock.
 
-plan() plans a step (the batch and how long it takes); finish() applies it when its
-time has come. engine.py drives it in real time, virtual.py in virtual time.
+next_step() schedules a step (the batch the scheduler picks and how long it takes);
+finish() applies it when its time has come. engine.py drives it in real time, virtual.py in virtual time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from backends.sim.settings import SimSettings
 
 
 @dataclass(frozen=True, slots=True)
-class StepPlan:
+class ScheduledStep:
+    """A step decided but not yet run: the batch schedule() picked and its modelled cost."""
+
     batch: Batch
     cost: StepCost
 
@@ -73,17 +75,17 @@ class EngineCore:
     def abort(self, seq: Sequence) -> None:
         self.scheduler.abort(seq)
 
-    def plan(self) -> StepPlan | None:
+    def next_step(self) -> ScheduledStep | None:
         """The next step, or None when there is nothing to run."""
         if not self.scheduler.has_work:
             return None
         batch = self.scheduler.schedule()
         if not batch.items:
             return None
-        return StepPlan(batch, self.cost.step(batch))
+        return ScheduledStep(batch, self.cost.step(batch))
 
-    def finish(self, plan: StepPlan) -> list[TokenEvent]:
-        return self.scheduler.postprocess(plan.batch, _sample)
+    def finish(self, step: ScheduledStep) -> list[TokenEvent]:
+        return self.scheduler.postprocess(step.batch, _sample)
 
 
 def _sample(seq: Sequence) -> int:

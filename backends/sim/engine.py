@@ -1,11 +1,11 @@
 """The real-time step loop on asyncio.
 
-Each step is planned at its start (schedule + cost model), then the loop sleeps until
-the modelled end of the step and applies it: the step is recorded (steps.py: where its
-forward sat, the GPU's gap since the last one, its CPU work) and its tokens go to their
-requests' sinks. The next step is scheduled from the modelled boundary (no drift), so
-the step-loop lag (actual minus scheduled step start) measures whether this process
-keeps up.
+Each step is scheduled at its start (core.next_step(): the batch and its modelled
+cost), then the loop sleeps until the modelled end of the step and applies it: the
+step is recorded (steps.py: where its forward sat, the GPU's gap since the last one,
+its CPU work) and its tokens go to their requests' sinks. The next step is scheduled
+from the modelled boundary (no drift), so the step-loop lag (actual minus scheduled
+step start) measures whether this process keeps up.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from backends.sim.core import EngineCore, StepPlan
+from backends.sim.core import EngineCore, ScheduledStep
 from backends.sim.gcwatch import GcWatch
 from backends.sim.metrics import SimMetrics
 from backends.sim.scheduler import TokenEvent
@@ -34,7 +34,7 @@ class RealtimeEngine:
         self.window = BusyWindow(settings.cost.metrics_window_s, now_s())
         self.timeline = StepTimeline()
         self.lag = LagRecorder()
-        self.work = LagRecorder()  # CPU time of the step loop itself per step (apply + plan)
+        self.work = LagRecorder()  # CPU time of the step loop itself per step (apply + schedule the next)
         self.gc = GcWatch()
         self.metrics = SimMetrics(settings.model, self.core, self.window)
         self._wakeup = asyncio.Event()
@@ -76,29 +76,29 @@ class RealtimeEngine:
 
     async def _run(self) -> None:
         while True:
-            plan = self.core.plan()
-            if plan is None:
+            scheduled = self.core.next_step()
+            if scheduled is None:
                 self.timeline.idle()
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             target = now_s()
-            while plan is not None:
+            while scheduled is not None:
                 start = target
-                target += plan.cost.duration_s
+                target += scheduled.cost.duration_s
                 await _sleep_until(target)
                 actual = now_s()
                 self.lag.record(actual - target)
-                self._apply(plan, start, actual)
-                plan = self.core.plan()
+                self._apply(scheduled, start, actual)
+                scheduled = self.core.next_step()
                 self.work.record(now_s() - actual)
 
-    def _apply(self, plan: StepPlan, start_s: float, t: float) -> None:
+    def _apply(self, scheduled: ScheduledStep, start_s: float, t: float) -> None:
         """The step that began at start_s (a modelled boundary) has ended: record it and
         hand its tokens out (at t, the time it really is)."""
-        events = self.core.finish(plan)
-        batch = plan.batch
-        step = self.timeline.record(start_s, plan.cost, batch.num_seqs, batch.num_tokens, len(events))
+        events = self.core.finish(scheduled)
+        batch = scheduled.batch
+        step = self.timeline.record(start_s, scheduled.cost, batch.num_seqs, batch.num_tokens, len(events))
         self.window.add(step)
         self.metrics.on_step(step)
         self._deliver(events, t)

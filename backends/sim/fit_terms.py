@@ -27,13 +27,15 @@ class Term:
 
 
 @dataclass
-class Plan:
+class TermChoice:
+    """What the fit varies (terms), what it sets without fitting (fixed) and why (notes)."""
+
     terms: list[Term]
     notes: list[str]
-    fixed: dict[str, float]  # fields set (not fitted) by the plan, e.g. an assumed client gap
+    fixed: dict[str, float]  # fields set (not fitted) by the choice, e.g. an assumed client gap
 
 
-def plan_terms(settings: SimSettings, observations: list[Observation]) -> Plan:
+def choose_terms(settings: SimSettings, observations: list[Observation]) -> TermChoice:
     c = settings.cost
     has_busy = any(o.gpu_busy is not None for o in observations)
     has_cpu = any(o.cpu_interval_ms is not None for o in observations)
@@ -86,7 +88,7 @@ def plan_terms(settings: SimSettings, observations: list[Observation]) -> Plan:
             )
     else:
         notes.append("no TTFT figure: forward_per_prefill_token_ms and client_gap_ms kept as in CONFIG")
-    return Plan(terms, notes, fixed)
+    return TermChoice(terms, notes, fixed)
 
 
 OUTSIDE_MIN = 0.1  # the share of users outside the engine below which the sampled gauges cannot tell

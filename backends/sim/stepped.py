@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends.sim.pool_plan import Predicted
+from backends.sim.pool_predict import Predicted
 from backends.sim.settings import SimSettings
 from backends.sim.virtual import Arrival, VirtualEngine, VirtualRequest, VirtualRun, random_prompt
 

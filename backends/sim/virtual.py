@@ -77,17 +77,17 @@ class VirtualEngine:
         while clock < until_s:
             while pending and pending[0][0] <= clock:
                 self._admit(heapq.heappop(pending)[2], run, live)
-            plan = self.core.plan()
-            if plan is None:
+            scheduled = self.core.next_step()
+            if scheduled is None:
                 if not pending:
                     break
                 timeline.idle()
                 clock = max(clock, pending[0][0])
                 continue
-            start, clock = clock, clock + plan.cost.duration_s
-            events = self.core.finish(plan)
-            batch = plan.batch
-            run.steps.append(timeline.record(start, plan.cost, batch.num_seqs, batch.num_tokens, len(events)))
+            start, clock = clock, clock + scheduled.cost.duration_s
+            events = self.core.finish(scheduled)
+            batch = scheduled.batch
+            run.steps.append(timeline.record(start, scheduled.cost, batch.num_seqs, batch.num_tokens, len(events)))
             for event in events:
                 record = live[event.seq.seq_id]
                 if record.first_token_s is None:

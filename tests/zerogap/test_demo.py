@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from backends.sim.plan import StepSummary, run_plan
 from backends.sim.settings import SimSettings
+from backends.sim.sweep import StepSummary, run_sweep
 from loadtest import RunReport
 from tests.support import zerogap_cmd
 
@@ -34,7 +34,7 @@ def _model(report: dict[str, Any], async_scheduling: bool) -> StepSummary:
         async_scheduling=async_scheduling, slot_reuse=async_scheduling, time_scale=TIME_SCALE
     )
     prompt, output = round(top["input_tokens_mean"]), round(top["output_tokens_mean"])
-    [row] = run_plan(settings, [int(top["concurrency"])], prompt, output, step_duration_s=8, measure_last_s=6)
+    [row] = run_sweep(settings, [int(top["concurrency"])], prompt, output, step_duration_s=8, measure_last_s=6)
     return row
 
 

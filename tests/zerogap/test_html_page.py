@@ -10,9 +10,9 @@ from tests.loadtest.report_files import Figures, write_report
 from zerogap.config import Config
 from zerogap.html_page import BASE_STYLE, html_page, image_html
 from zerogap.tune.grid import Candidate
-from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result
 from zerogap.tune.render import write_all
+from zerogap.tune.trial import Trial
 
 SHELL_HEAD = "<!doctype html><html><head><meta charset=utf-8><title>"
 
@@ -39,7 +39,7 @@ def test_the_run_report_the_comparison_and_tunes_report_share_the_shell(tmp_path
     pages = {
         "run": render_run(run),
         "comparison": render_comparison([run, run], ["a", "b"], tmp_path / "cmp"),
-        "tune": write_all([_tuned()], TunePlan("sim", (8,), 10.0, 5.0, 0.0, 128, 64, 2000.0, 100.0), tmp_path / "t"),
+        "tune": write_all([_tuned()], Trial("sim", (8,), 10.0, 5.0, 0.0, 128, 64, 2000.0, 100.0), tmp_path / "t"),
     }
     for name, path in pages.items():
         text = path.read_text(encoding="utf-8")

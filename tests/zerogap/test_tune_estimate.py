@@ -1,4 +1,4 @@
-"""`zerogap tune`'s estimate of its own time: its parts follow the plan (exactly, where they can),
+"""`zerogap tune`'s estimate of its own time: its parts follow the trial (exactly, where they can),
 and it is within a factor 2 of what a short real run and a virtual run took."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from zerogap.tune.estimate import (
     estimate,
 )
 from zerogap.tune.grid import candidates, parse_axis
-from zerogap.tune.plan import TunePlan
+from zerogap.tune.trial import Trial
 from zerogap.tune.virtual import run_virtual
 
 # held long enough that the run's fixed time, not the machine's load, is most of it
-REAL = TunePlan("sim", (8, 16), 10.0, 6.0, 2.0, 64, 16, 5000.0, 500.0)
-VIRTUAL = TunePlan("sim", (32, 128), 10.0, 6.0, 2.0, 128, 64, 2000.0, 100.0, virtual=True)
+REAL = Trial("sim", (8, 16), 10.0, 6.0, 2.0, 64, 16, 5000.0, 500.0)
+VIRTUAL = Trial("sim", (32, 128), 10.0, 6.0, 2.0, 128, 64, 2000.0, 100.0, virtual=True)
 FACTOR = 2.0  # the machine is shared: a loose bound
 
 
@@ -34,7 +34,7 @@ def sim_config(text: str = "") -> Config:
     return parse_config(text, env={})
 
 
-def test_real_time_parts_follow_the_plan() -> None:
+def test_real_time_parts_follow_the_trial() -> None:
     one = estimate(REAL, [Config()])
     part = one.candidates[0]
     assert part.load_s == REAL.warmup_s + REAL.step_s * len(REAL.steps) == 22.0
@@ -67,12 +67,12 @@ def test_virtual_time_follows_the_model_of_each_candidate() -> None:
 def test_virtual_estimate_is_within_a_factor_2_of_the_cpu_the_simulations_took() -> None:
     """Virtual time is CPU only, so the CPU the candidates' simulations took (as tune runs them) is
     what they are compared with: a shared machine's wall time stretches it by however busy it is."""
-    plan = replace(VIRTUAL, steps=(32, 256), step_s=20.0, measure_s=10.0)
+    trial = replace(VIRTUAL, steps=(32, 256), step_s=20.0, measure_s=10.0)
     found = candidates(Config(), [parse_axis("max_num_seqs=16,128"), parse_axis("async_scheduling=false,true")])
-    expected_s = sum(c.load_s for c in estimate(plan, [c.config for c in found]).candidates)
+    expected_s = sum(c.load_s for c in estimate(trial, [c.config for c in found]).candidates)
     cpu_started = time.process_time()
     for candidate in found:
-        run_virtual(candidate, plan)
+        run_virtual(candidate, trial)
     cpu_s = time.process_time() - cpu_started
     assert expected_s / FACTOR <= cpu_s <= expected_s * FACTOR, (expected_s, cpu_s)
 

@@ -8,13 +8,13 @@ from typing import Any
 from loadtest import diagnose
 from zerogap.config.loader import parse_config
 from zerogap.tune.grid import Candidate
-from zerogap.tune.plan import TunePlan
+from zerogap.tune.trial import Trial
 from zerogap.tune.virtual import virtual_step
 
 
 def diagnosis(config_toml: str, users: int, prompt_tokens: int = 128) -> dict[str, Any]:
-    plan = TunePlan("sim", (users,), 8.0, 5.0, 2.0, prompt_tokens, 64, 2000.0, 100.0, virtual=True)
-    step = virtual_step(0, users, plan, Candidate({}, parse_config(config_toml)))
+    trial = Trial("sim", (users,), 8.0, 5.0, 2.0, prompt_tokens, 64, 2000.0, 100.0, virtual=True)
+    step = virtual_step(0, users, trial, Candidate({}, parse_config(config_toml)))
     (entry,) = diagnose([step])
     return entry
 

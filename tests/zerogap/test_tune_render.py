@@ -11,18 +11,18 @@ import matplotlib
 
 from zerogap.config import Config
 from zerogap.tune.grid import Candidate
-from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result
 from zerogap.tune.render import _plot, write_all
+from zerogap.tune.trial import Trial
 
-PLAN = TunePlan("sim", (32, 128), 10.0, 5.0, 0.0, 128, 64, 2000.0, 100.0, virtual=True)
+TRIAL = Trial("sim", (32, 128), 10.0, 5.0, 0.0, 128, 64, 2000.0, 100.0, virtual=True)
 LINE = re.compile(r'<path d="[^"]*"[^>]*style="([^"]*)"')
 
 
 def _result(max_num_seqs: int, tps: tuple[float, float], gpu: tuple[float, float]) -> Result:
     steps: list[dict[str, Any]] = [
         {"concurrency": load, "output_tps": t, "goodput_rps": t / 100, "gpu_util": {"mean": g, "min": g}}
-        for load, t, g in zip(PLAN.steps, tps, gpu, strict=True)
+        for load, t, g in zip(TRIAL.steps, tps, gpu, strict=True)
     ]
     candidate = Candidate(settings={"scheduler.max_num_seqs": max_num_seqs}, config=Config())
     return Result(candidate=candidate, steps=steps, diagnosis=[])
@@ -62,7 +62,7 @@ def test_identical_candidates_are_drawn_so_each_shows(tmp_path: Path) -> None:
 
 
 def test_the_page_names_the_candidates_that_measured_the_same(tmp_path: Path) -> None:
-    page = write_all(RANKED, PLAN, tmp_path).read_text(encoding="utf-8")
+    page = write_all(RANKED, TRIAL, tmp_path).read_text(encoding="utf-8")
     assert "max_num_seqs=512 measured the same as max_num_seqs=256" in page
     assert "max_num_seqs=128 measured the same as max_num_seqs=64" in page
     assert (tmp_path / "tune.png").read_bytes().startswith(b"\x89PNG")
@@ -71,5 +71,5 @@ def test_the_page_names_the_candidates_that_measured_the_same(tmp_path: Path) ->
 
 def test_a_candidate_the_same_in_one_panel_only_is_not_called_the_same(tmp_path: Path) -> None:
     ranked = [_result(256, (1000.0, 3000.0), (60.0, 95.0)), _result(512, (1000.0, 3000.0), (50.0, 90.0))]
-    page = write_all(ranked, PLAN, tmp_path).read_text(encoding="utf-8")
+    page = write_all(ranked, TRIAL, tmp_path).read_text(encoding="utf-8")
     assert "measured the same" not in page

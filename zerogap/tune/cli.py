@@ -19,11 +19,11 @@ from zerogap.config import ConfigError, load_config
 from zerogap.config.model import Config
 from zerogap.tune.estimate import estimate
 from zerogap.tune.grid import Candidate, candidates, parse_axis
-from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result, rank
 from zerogap.tune.render import table, write_all
 from zerogap.tune.runner import run_real
 from zerogap.tune.toml_text import paste_lines
+from zerogap.tune.trial import Trial
 from zerogap.tune.virtual import run_virtual
 
 DEFAULT_SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0}  # the load test's own defaults (settings.json slo)
@@ -55,27 +55,27 @@ def _config(path: Path | None) -> Config:
     return load_config(path or Path("config.toml"), strict_env=False)  # [server].api_key is the gateway's
 
 
-def _plan(args: argparse.Namespace) -> TunePlan:
+def _trial(args: argparse.Namespace) -> Trial:
     slo = {**DEFAULT_SLO, **args.slo}
     measure = args.measure_seconds or args.step_seconds * 2 / 3
     if measure > args.step_seconds:
         raise ConfigError(f"--measure-seconds {measure:g} is longer than --step-seconds {args.step_seconds:g}.")
     if args.virtual and args.engine != "sim":
         raise ConfigError("--virtual runs the simulated engine's model: add --engine sim.")
-    return TunePlan(
+    return Trial(
         args.engine, tuple(args.steps), args.step_seconds, measure, max(0.0, args.warmup_seconds),
         args.input_tokens, args.output_tokens, slo["ttft_ms"], slo["tpot_ms"], args.virtual,
     )  # fmt: skip
 
 
-def _run_all(found: list[Candidate], plan: TunePlan, out_dir: Path) -> list[Result]:
+def _run_all(found: list[Candidate], trial: Trial, out_dir: Path) -> list[Result]:
     results = []
     for i, candidate in enumerate(found, 1):
         print(f"zerogap tune [{i}/{len(found)}] {candidate.label}: running", flush=True)
-        if plan.virtual:
-            result = run_virtual(candidate, plan)
+        if trial.virtual:
+            result = run_virtual(candidate, trial)
         else:
-            result = run_real(candidate, plan, out_dir, f"candidate{i}")
+            result = run_real(candidate, trial, out_dir, f"candidate{i}")
         j = result.as_json()
         print(
             f"zerogap tune [{i}/{len(found)}] {candidate.label}: goodput {j['goodput_rps']} req/s, output "
@@ -93,23 +93,23 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        plan = _plan(args)
+        trial = _trial(args)
         found = candidates(_config(args.config), [parse_axis(item) for item in args.grid])
     except ConfigError as exc:
         print(f"zerogap tune: {exc}", file=sys.stderr)
         return 2
     out_dir: Path = (args.out or Path("runs") / datetime.now(UTC).strftime("tune-%Y%m%dT%H%M%SZ")).resolve()
-    mode = "virtual time" if plan.virtual else f"real time on {plan.engine}"
-    expected = estimate(plan, [candidate.config for candidate in found])
+    mode = "virtual time" if trial.virtual else f"real time on {trial.engine}"
+    expected = estimate(trial, [candidate.config for candidate in found])
     print(
-        f"zerogap tune: {len(found)} candidates in {mode}, steps {list(plan.steps)} x {plan.step_s:g} s; "
-        f"{expected.describe(plan.virtual)}; output in {out_dir}",
+        f"zerogap tune: {len(found)} candidates in {mode}, steps {list(trial.steps)} x {trial.step_s:g} s; "
+        f"{expected.describe(trial.virtual)}; output in {out_dir}",
         flush=True,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the pool it started, as Ctrl-C does
     started = time.monotonic()
     try:
-        results = _run_all(found, plan, out_dir)
+        results = _run_all(found, trial, out_dir)
     except KeyboardInterrupt:
         print("\nzerogap tune: interrupted; the pool it started is stopped", file=sys.stderr)
         return 130
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         print(f"zerogap tune: {exc}", file=sys.stderr)
         return 1
     ranked = rank(results)
-    page = write_all(ranked, plan, out_dir)
+    page = write_all(ranked, trial, out_dir)
     print("\n" + table(ranked))
     print(
         f"\nbest: {ranked[0].candidate.label}; paste into config.toml:\n\n{paste_lines(ranked[0].candidate.settings)}"

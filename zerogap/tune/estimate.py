@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from backends.sim.cost_model import CostModel
 from backends.sim.settings import SimSettings, settings_from_config
 from zerogap.config.model import Config
-from zerogap.tune.plan import TunePlan
+from zerogap.tune.trial import Trial
 
 STARTUP_S = {"sim": 2.0, "vllm": 90.0}  # the pool's start to /health 200 (its replicas start together)
 STOP_S = {"sim": 0.5, "vllm": 10.0}  # SIGTERM to exit
@@ -68,37 +68,37 @@ class Estimate:
         return f"about {self.total_s:.0f} s in all ({shown} per candidate, then the report)"
 
 
-def estimate(plan: TunePlan, configs: Sequence[Config]) -> Estimate:
+def estimate(trial: Trial, configs: Sequence[Config]) -> Estimate:
     """The estimate for these candidates' configs (each one's own settings matter in virtual time)."""
-    per = tuple(_virtual(plan, config) if plan.virtual else _real(plan) for config in configs)
+    per = tuple(_virtual(trial, config) if trial.virtual else _real(trial) for config in configs)
     return Estimate(per, TUNE_REPORT_S)
 
 
-def _real(plan: TunePlan) -> CandidateEstimate:
-    load_s = plan.warmup_s + plan.step_s * len(plan.steps)
-    return CandidateEstimate(STARTUP_S[plan.engine], HARNESS_START_S + HARNESS_REPORT_S, load_s, STOP_S[plan.engine])
+def _real(trial: Trial) -> CandidateEstimate:
+    load_s = trial.warmup_s + trial.step_s * len(trial.steps)
+    return CandidateEstimate(STARTUP_S[trial.engine], HARNESS_START_S + HARNESS_REPORT_S, load_s, STOP_S[trial.engine])
 
 
-def _virtual(plan: TunePlan, config: Config) -> CandidateEstimate:
+def _virtual(trial: Trial, config: Config) -> CandidateEstimate:
     settings = settings_from_config(config)
-    cpu_s = sum(virtual_step_cpu_s(settings, concurrency, plan) for concurrency in plan.steps)
+    cpu_s = sum(virtual_step_cpu_s(settings, concurrency, trial) for concurrency in trial.steps)
     return CandidateEstimate(0.0, 0.0, cpu_s, 0.0)
 
 
-def virtual_step_cpu_s(settings: SimSettings, concurrency: int, plan: TunePlan) -> float:
+def virtual_step_cpu_s(settings: SimSettings, concurrency: int, trial: Trial) -> float:
     """One step in virtual time: the engine steps the cost model takes in step_s at the steady
     batch (the users the slots and the KV cache hold), the sequences they advance, the prompts."""
     cost = settings.cost
-    kv_seqs = cost.kv_cache_blocks * cost.block_size // max(1, plan.input_tokens + plan.output_tokens)
+    kv_seqs = cost.kv_cache_blocks * cost.block_size // max(1, trial.input_tokens + trial.output_tokens)
     batch = max(1, min(concurrency, settings.max_num_seqs, kv_seqs))
-    prefill_tokens = min(batch * plan.input_tokens / plan.output_tokens, settings.max_num_batched_tokens)
+    prefill_tokens = min(batch * trial.input_tokens / trial.output_tokens, settings.max_num_batched_tokens)
     model = CostModel(settings)
     forward_s = model.forward_s(batch, round(prefill_tokens))
-    interval_s = model.interval_s(batch, round(batch / plan.output_tokens))
+    interval_s = model.interval_s(batch, round(batch / trial.output_tokens))
     # as CostModel.step: async scheduling hides the interval behind the forward
     step_s = (
         max(forward_s, interval_s) + model.async_overhead_s if settings.async_scheduling else forward_s + interval_s
     )
-    seq_steps = plan.step_s / step_s * batch
-    num_requests = seq_steps / plan.output_tokens
-    return seq_steps * VIRTUAL_SEQ_STEP_CPU_S + num_requests * plan.input_tokens * VIRTUAL_PROMPT_TOKEN_CPU_S
+    seq_steps = trial.step_s / step_s * batch
+    num_requests = seq_steps / trial.output_tokens
+    return seq_steps * VIRTUAL_SEQ_STEP_CPU_S + num_requests * trial.input_tokens * VIRTUAL_PROMPT_TOKEN_CPU_S

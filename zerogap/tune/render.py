@@ -11,9 +11,9 @@ from typing import Any
 
 from loadtest import Curve, curve_styles, draw_curves
 from zerogap.html_page import html_page, image_html
-from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result
 from zerogap.tune.toml_text import paste_lines
+from zerogap.tune.trial import Trial
 
 
 def _num(value: Any, spec: str) -> str:
@@ -40,20 +40,20 @@ def table(ranked: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def tune_json(ranked: list[Result], plan: TunePlan) -> dict[str, Any]:
+def tune_json(ranked: list[Result], trial: Trial) -> dict[str, Any]:
     best = ranked[0]
     return {
         "candidates": [r.as_json() for r in ranked],
         "best": {"settings": best.candidate.settings, "config_toml": paste_lines(best.candidate.settings)},
-        "plan": {
-            "engine": plan.engine,
-            "virtual": plan.virtual,
-            "steps": list(plan.steps),
-            "step_seconds": plan.step_s,
-            "measure_seconds": plan.measure_s,
-            "slo": {"ttft_ms": plan.slo_ttft_ms, "tpot_ms": plan.slo_tpot_ms},
-            "input_tokens": plan.input_tokens,
-            "output_tokens": plan.output_tokens,
+        "plan": {  # tune.json's name for the trial (an output format: kept)
+            "engine": trial.engine,
+            "virtual": trial.virtual,
+            "steps": list(trial.steps),
+            "step_seconds": trial.step_s,
+            "measure_seconds": trial.measure_s,
+            "slo": {"ttft_ms": trial.slo_ttft_ms, "tpot_ms": trial.slo_tpot_ms},
+            "input_tokens": trial.input_tokens,
+            "output_tokens": trial.output_tokens,
         },
     }
 
@@ -114,18 +114,18 @@ def _rows(ranked: list[Result]) -> str:
     return "\n".join(out)
 
 
-def write_all(ranked: list[Result], plan: TunePlan, out_dir: Path) -> Path:
+def write_all(ranked: list[Result], trial: Trial, out_dir: Path) -> Path:
     """tune.json, best.toml, tune.png and report.html; returns the HTML's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = tune_json(ranked, plan)
+    data = tune_json(ranked, trial)
     (out_dir / "tune.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
     (out_dir / "best.toml").write_text(data["best"]["config_toml"], encoding="utf-8")
     image = _plot(ranked, out_dir / "tune.png")
-    mode = "virtual time (the sim's scheduler and cost model)" if plan.virtual else f"real time ({plan.engine})"
+    mode = "virtual time (the sim's scheduler and cost model)" if trial.virtual else f"real time ({trial.engine})"
     body = [
         "<h1>zerogap tune</h1>",
-        f"<p>{len(ranked)} candidates in {html.escape(mode)}, steps {list(plan.steps)}, ranked by goodput "
-        f"under TTFT &le; {plan.slo_ttft_ms:g} ms and TPOT &le; {plan.slo_tpot_ms:g} ms, then output TPS.</p>",
+        f"<p>{len(ranked)} candidates in {html.escape(mode)}, steps {list(trial.steps)}, ranked by goodput "
+        f"under TTFT &le; {trial.slo_ttft_ms:g} ms and TPOT &le; {trial.slo_tpot_ms:g} ms, then output TPS.</p>",
         f"<p>Best: <b>{html.escape(ranked[0].candidate.label)}</b>. The config.toml lines to paste:</p>",
         f"<pre>{html.escape(data['best']['config_toml'])}</pre>",
         image_html(image.name, "TPS against concurrency per candidate"),

@@ -13,39 +13,39 @@ from backends.sim.settings import settings_from_config
 from loadtest import diagnose
 from zerogap.locust_run import run_locust
 from zerogap.tune.grid import Candidate
-from zerogap.tune.plan import TunePlan
 from zerogap.tune.pool import CandidatePool
 from zerogap.tune.rank import Result
+from zerogap.tune.trial import Trial
 
 KEY_ENV = "ZEROGAP_TUNE_KEY"
 
 
-def harness_settings(pool: CandidatePool, plan: TunePlan, candidate: Candidate, out_dir: Path, name: str) -> str:
+def harness_settings(pool: CandidatePool, trial: Trial, candidate: Candidate, out_dir: Path, name: str) -> str:
     """settings.json for one candidate's stepped run, as JSON text."""
     time_scale = settings_from_config(candidate.config).time_scale
-    slo_ttft_s, slo_tpot_s = plan.slo_s(time_scale)
-    sim = plan.engine == "sim"
+    slo_ttft_s, slo_tpot_s = trial.slo_s(time_scale)
+    sim = trial.engine == "sim"
     gpu = {"source": "backend_metrics", "backend_metric": "zerogap_sim_gpu_busy_ratio"} if sim else {"source": "nvml"}
     settings = {
         "api": {"base_url": pool.base_url, "api_key_env": KEY_ENV if pool.replicas > 1 else "", "endpoint": "chat"},
         "load_test": {
-            "concurrency": plan.steps[0],
-            "duration_seconds": plan.step_s,
+            "concurrency": trial.steps[0],
+            "duration_seconds": trial.step_s,
             "request_rate": 0,
-            "warmup_seconds": plan.warmup_s,
-            "steps": list(plan.steps),
-            "step_duration_seconds": plan.step_s,
-            "measure_last_seconds": plan.measure_s,
+            "warmup_seconds": trial.warmup_s,
+            "steps": list(trial.steps),
+            "step_duration_seconds": trial.step_s,
+            "measure_last_seconds": trial.measure_s,
         },
         "workload": {
             "model": candidate.config.engine.client_model_name() or "model",
-            "input_tokens": plan.input_tokens,
-            "max_output_tokens": plan.output_tokens,
+            "input_tokens": trial.input_tokens,
+            "max_output_tokens": trial.output_tokens,
             "ignore_eos": True,
             "tokenize_url": f"{pool.metrics_urls[0].removesuffix('/metrics')}/tokenize",
         },
         "metrics": {
-            "sample_interval_ms": 500 if plan.step_s < 20 else 1000,
+            "sample_interval_ms": 500 if trial.step_s < 20 else 1000,
             "gpu_util": gpu,
             "backend_metrics_urls": pool.metrics_urls,
             "exporter_port": 0,
@@ -56,15 +56,15 @@ def harness_settings(pool: CandidatePool, plan: TunePlan, candidate: Candidate, 
     return json.dumps(settings, indent=2)
 
 
-def run_real(candidate: Candidate, plan: TunePlan, out_dir: Path, name: str) -> Result:
+def run_real(candidate: Candidate, trial: Trial, out_dir: Path, name: str) -> Result:
     """RuntimeError when the pool did not come up or the load test failed."""
     started = time.monotonic()
     folder = out_dir / name
-    pool = CandidatePool(candidate.config, plan.engine, folder / "pool")
+    pool = CandidatePool(candidate.config, trial.engine, folder / "pool")
     try:
         pool.start()
         settings = folder / "settings.json"
-        settings.write_text(harness_settings(pool, plan, candidate, folder, "run"), encoding="utf-8")
+        settings.write_text(harness_settings(pool, trial, candidate, folder, "run"), encoding="utf-8")
         returncode = run_locust(settings, {**os.environ, KEY_ENV: pool.key}, folder / "locust.log", indent="    ")
     finally:
         pool.stop()

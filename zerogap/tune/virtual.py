@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from backends.sim.plan import summarise
 from backends.sim.settings import settings_from_config
+from backends.sim.sweep import summarise
 from backends.sim.virtual import VirtualRun, closed_loop
 from loadtest import diagnose
 from zerogap.tune.grid import Candidate
-from zerogap.tune.plan import TunePlan
 from zerogap.tune.rank import Result
+from zerogap.tune.trial import Trial
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -30,25 +30,25 @@ def _goodput(run: VirtualRun, start_s: float, end_s: float, ttft_s: float, tpot_
     return good / max(end_s - start_s, 1e-9)
 
 
-def virtual_step(index: int, concurrency: int, plan: TunePlan, candidate: Candidate) -> dict[str, Any]:
+def virtual_step(index: int, concurrency: int, trial: Trial, candidate: Candidate) -> dict[str, Any]:
     settings = settings_from_config(candidate.config)
-    ramp = min(plan.warmup_s, plan.step_s - plan.measure_s)
-    run = closed_loop(settings, concurrency, plan.input_tokens, plan.output_tokens, plan.step_s, ramp_s=ramp)
-    start = plan.step_s - plan.measure_s
-    s = summarise(run, settings.mode, concurrency, start, plan.step_s)
-    slo_ttft_s, slo_tpot_s = plan.slo_s(settings.time_scale)
+    ramp = min(trial.warmup_s, trial.step_s - trial.measure_s)
+    run = closed_loop(settings, concurrency, trial.input_tokens, trial.output_tokens, trial.step_s, ramp_s=ramp)
+    start = trial.step_s - trial.measure_s
+    s = summarise(run, settings.mode, concurrency, start, trial.step_s)
+    slo_ttft_s, slo_tpot_s = trial.slo_s(settings.time_scale)
     running = s.batch_mean
     return {
         "index": index,
         "concurrency": concurrency,
         "users": concurrency,
-        "duration_s": plan.measure_s,
-        "requests_ok": round(s.rps * plan.measure_s),
+        "duration_s": trial.measure_s,
+        "requests_ok": round(s.rps * trial.measure_s),
         "requests_failed": 0,
         "errors": {},
         "output_tps": round(s.output_tps, 2),
         "rps": round(s.rps, 3),
-        "goodput_rps": round(_goodput(run, start, plan.step_s, slo_ttft_s, slo_tpot_s), 3),
+        "goodput_rps": round(_goodput(run, start, trial.step_s, slo_ttft_s, slo_tpot_s), 3),
         "ttft_ms": {"p50": _ms(s.ttft_p50_s), "p99": _ms(s.ttft_p99_s)},
         "tpot_ms": {"p50": _ms(s.tpot_p50_s), "mean": _ms(s.tpot_mean_s)},
         "gpu_util": {"mean": round(s.gpu_busy * 100, 2), "min": round(s.gpu_busy * 100, 2)},
@@ -65,7 +65,7 @@ def virtual_step(index: int, concurrency: int, plan: TunePlan, candidate: Candid
     }
 
 
-def run_virtual(candidate: Candidate, plan: TunePlan) -> Result:
+def run_virtual(candidate: Candidate, trial: Trial) -> Result:
     started = time.monotonic()
-    steps = [virtual_step(i, load, plan, candidate) for i, load in enumerate(plan.steps)]
+    steps = [virtual_step(i, load, trial, candidate) for i, load in enumerate(trial.steps)]
     return Result(candidate, steps, diagnose(steps), time.monotonic() - started)

@@ -4,10 +4,10 @@ from backends.sim.settings import SimSettings
 
 def _drain(core: EngineCore, limit: int = 10_000) -> None:
     for _ in range(limit):
-        plan = core.plan()
-        if plan is None:
+        step = core.next_step()
+        if step is None:
             return
-        core.finish(plan)
+        core.finish(step)
 
 
 def test_eos_probability_ends_requests_early_unless_ignore_eos():

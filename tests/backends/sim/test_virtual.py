@@ -2,14 +2,14 @@
 
 import pytest
 
-from backends.sim.plan import StepSummary, run_plan, summarise
 from backends.sim.settings import SimSettings
+from backends.sim.sweep import StepSummary, run_sweep, summarise
 from backends.sim.virtual import Arrival, VirtualEngine, closed_loop
 
 
 def _at_256(async_scheduling: bool, slot_reuse: bool) -> StepSummary:
     settings = SimSettings().with_flags(async_scheduling=async_scheduling, slot_reuse=slot_reuse)
-    [row] = run_plan(settings, [256], prompt_tokens=512, output_tokens=256, step_duration_s=40, measure_last_s=20)
+    [row] = run_sweep(settings, [256], prompt_tokens=512, output_tokens=256, step_duration_s=40, measure_last_s=20)
     return row
 
 
@@ -51,7 +51,7 @@ def test_async_gap_is_what_the_forward_cannot_hide():
     """At a batch whose CPU interval outgrows the forward, async scheduling leaves the
     GPU the difference (plus the part it never hides) between two forwards."""
     settings = SimSettings().with_flags(async_scheduling=True, slot_reuse=False, max_num_seqs=512)
-    [row] = run_plan(settings, [512], prompt_tokens=8, output_tokens=400, step_duration_s=30, measure_last_s=10)
+    [row] = run_sweep(settings, [512], prompt_tokens=8, output_tokens=400, step_duration_s=30, measure_last_s=10)
     c = settings.cost
     forward = c.forward_fixed_ms + 512 * c.forward_per_seq_ms
     interval = c.interval_fixed_ms + 512 * (c.interval_per_seq_ms + c.interval_schedule_per_seq_ms)
@@ -74,7 +74,7 @@ def test_async_tps_is_at_least_1_6_times_baseline_at_256(article):
 
 
 def test_tps_grows_with_concurrency_and_tpot_with_it():
-    rows = run_plan(SimSettings(), [32, 128], 128, 64, step_duration_s=20, measure_last_s=10)
+    rows = run_sweep(SimSettings(), [32, 128], 128, 64, step_duration_s=20, measure_last_s=10)
     assert rows[0].output_tps < rows[1].output_tps
     tpots = [row.tpot_mean_s for row in rows]
     assert tpots[0] is not None and tpots[1] is not None and tpots[0] < tpots[1]
@@ -108,9 +108,9 @@ def test_virtual_time_does_not_sleep():
 
 
 def test_a_window_without_finished_requests_reports_none():
-    [row] = run_plan(SimSettings(), [16], 32, 4000, step_duration_s=10, measure_last_s=5)
+    [row] = run_sweep(SimSettings(), [16], 32, 4000, step_duration_s=10, measure_last_s=5)
     assert row.tpot_mean_s is None and row.output_tps > 0
-    from backends.sim.plan import format_table
+    from backends.sim.sweep import format_table
 
     assert "hold the step longer" in format_table([row])
 

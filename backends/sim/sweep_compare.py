@@ -3,7 +3,7 @@ GPU busy, TTFT p50, TPOT p50), the same lines `zerogap report A B` prints for tw
 
 from __future__ import annotations
 
-from backends.sim.plan import StepSummary
+from backends.sim.sweep import StepSummary
 from loadtest import StepFigures, ratio_lines
 
 

@@ -1,5 +1,6 @@
-"""What one tune runs per candidate: the steps, their timing, the workload, the SLOs
-(zerogap.tune.estimate says how long that takes)."""
+"""The trial every candidate of one tune runs: the engine, the load steps and their timing,
+the workload and the SLOs (zerogap.tune.estimate says how long it takes; grid.py makes the
+candidates; tune.json writes it under its "plan" key)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class TunePlan:
+class Trial:
     engine: str  # sim | vllm
     steps: tuple[int, ...]
     step_s: float

@@ -1,4 +1,5 @@
-"""`zerogap sim plan`: a stepped load plan in virtual time, summarised per step."""
+"""`zerogap sim plan --concurrency ...`: a concurrency sweep in virtual time, each load on a
+fresh engine, summarised per step (the capacity answer, --users, is capacity.py)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def summarise(run: VirtualRun, mode: str, concurrency: int, start_s: float, end_
     )
 
 
-def run_plan(
+def run_sweep(
     settings: SimSettings,
     concurrencies: list[int],
     prompt_tokens: int,
