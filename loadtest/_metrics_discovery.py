@@ -67,7 +67,8 @@ def _set_it(why: str) -> str:
     )
 
 
-def _fetch(url: str, key: str, timeout_s: float) -> bytes:
+def fetch_with_key(url: str, key: str, timeout_s: float) -> bytes:
+    """GET url with the metrics key (if any) as a Bearer token, the whole answer within timeout_s."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     with gevent.Timeout(timeout_s, TimeoutError(f"no complete answer within {timeout_s:g} s")):
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
@@ -88,7 +89,7 @@ def ask_gateway(base_url: str, key_env: str, timeout_s: float, env: Mapping[str,
     url = listing_url(base_url)
     key = (os.environ if env is None else env).get(key_env, "") if key_env else ""
     try:
-        urls = _listed(_fetch(url, key, timeout_s))
+        urls = _listed(fetch_with_key(url, key, timeout_s))
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return MetricsUrls([], _set_it(f"GET {url} answered 404: {base_url} is not a zerogap gateway"), True)

@@ -161,7 +161,8 @@ class MetricsSection(_Section):
     )
     gateway_metrics_key_env: str = Field(
         "ZEROGAP_METRICS_KEY",
-        description="env var holding the gateway's [server].metrics_key, sent to GET /metrics/backends; unset: no key",
+        description="env var holding the gateway's [server].metrics_key, sent to its GET /metrics/backends"
+        " and GET /metrics; unset: no key",
     )
     scrape_timeout_seconds: float = Field(2.0, gt=0)
     exporter_port: int = Field(9646, ge=0, le=65535, description="the load generator's own /metrics; 0 = off")

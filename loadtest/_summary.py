@@ -208,6 +208,7 @@ def _backend(inside: list[Sample]) -> dict[str, Any]:
         "preemptions": preempted[-1] - preempted[0] if len(preempted) > 1 else None,
         "max_num_seqs": caps[-1] if caps else None,
         "num_samples": sum(1 for s in inside if s.running is not None),
+        "gateway_inflight_mean": _mean([s.gateway_inflight for s in inside]),
     }
 
 

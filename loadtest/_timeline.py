@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import gevent
+
+from loadtest._gateway_inflight import GatewayInflight
 from loadtest._histogram import Histogram
 from loadtest._metrics_discovery import metrics_urls
 from loadtest._plan import Plan
@@ -49,12 +52,14 @@ class Sample:
     max_num_seqs: int | None = None  # the engines' summed cap, where they say it
     prefix_cache_hits: float | None = None  # counters summed over the backends (tokens)
     prefix_cache_queries: float | None = None
+    gateway_inflight: float | None = None  # what zerogap's gateway had passed on to the engines
 
 
 class Sampler:
     """Takes one Sample per call; the caller runs it every sample_interval_ms. The backends scraped are
     settings.json's metrics.backend_metrics_urls or, where it is absent, those the zerogap gateway at
-    gateway_url (the run's base URL) lists, asked once at the first sample."""
+    gateway_url (the run's base URL) lists, asked once at the first sample; a zerogap gateway there
+    also gives its own in-flight figure (loadtest/_gateway_inflight.py)."""
 
     def __init__(self, metrics: MetricsSection, gateway_url: str | None = None) -> None:
         self.metrics = metrics
@@ -75,6 +80,7 @@ class Sampler:
         self.samples: list[Sample] = []
         self.cap: int | None = None
         self.cap_tries = 3  # asked until known, a few times at most
+        self.gateway = GatewayInflight(gateway_url, metrics.gateway_metrics_key_env, metrics.scrape_timeout_seconds)
 
     def backend_urls(self) -> list[str]:
         """The backends' /metrics URLs, found once (and said in the log when the gateway was asked)."""
@@ -94,7 +100,9 @@ class Sampler:
 
     def sample(self, users: int) -> Sample:
         urls = self.backend_urls()
+        gateway = gevent.spawn(self.gateway.sample)  # beside the backends: one timeout bounds both
         scrape = scrape_backends(urls, self.names, self.metrics.scrape_timeout_seconds)
+        gateway.join()
         wall = time.time()  # when the answers came: what they say is that recent (a busy server answers late)
         gpu, reason = self.gpu.sample(scrape)
         interval, cpu_interval = scrape.mean(TOKEN_INTERVAL), scrape.mean(CPU_INTERVAL)
@@ -112,6 +120,7 @@ class Sampler:
             max_num_seqs=self._cap(urls),
             prefix_cache_hits=scrape.total(PREFIX_HITS),
             prefix_cache_queries=scrape.total(PREFIX_QUERIES),
+            gateway_inflight=gateway.value,
         )
         self.samples.append(sample)
         return sample
@@ -135,6 +144,7 @@ COLUMNS = [
     "cpu_interval_ms",
     "preemptions_total",
     "loadgen_cpu_percent",
+    "gateway_inflight",
 ]
 
 
@@ -184,6 +194,7 @@ def build_rows(samples: list[Sample], recorder: Recorder, plan: Plan, run_start:
                 "cpu_interval_ms": values["cpu_interval_ms"],
                 "preemptions_total": values["preemptions_total"],
                 "loadgen_cpu_percent": None if cpu is None else round(cpu, 1),
+                "gateway_inflight": values["gateway_inflight"],
             }
         )
         previous = sample.wall

@@ -33,10 +33,12 @@ def test_the_articles_settings_through_the_gateway_get_gpu_figures_and_server_si
     assert step["requests_ok"] > 0 and step["not_collected"] == {}
     assert step["gpu_util"] is not None and step["gpu_util"]["mean"] > 0, step.get("gpu_util_reason")
     assert step["backend"]["running_mean"] > 0 and step["backend"]["num_samples"] >= 1
+    passed_on = step["backend"]["gateway_inflight_mean"]  # the gateway's own gauge, from its /metrics
+    assert passed_on is not None and 0 < passed_on <= step["concurrency"], step["backend"]
     (entry,) = report["diagnosis"]
     assert "no server signals" not in entry["evidence"], entry
     assert "running " in entry["evidence"] and "GPU busy " in entry["evidence"], entry
     with (tmp_path / "runs" / "discovered" / "timeline.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert any(row["gpu_util"] for row in rows)
+    assert any(row["gpu_util"] for row in rows) and any(row["gateway_inflight"] for row in rows)
     assert not any("backend_metrics_urls" in row["gpu_util_reason"] for row in rows)

@@ -6,17 +6,19 @@
 - the same 32 users asking for 256 tokens: the engine's steps outweigh it, and the engine holds
   most of the users' requests (measured: 79-87%) -> not frontend.
 
-The harness sends to the tier's shared replica itself (vllm_pool, not through its gateway), and
-reads the replica's /metrics."""
+The short run goes through the tier's gateway (vllm_pool) and asks it for the replica's /metrics: the
+gateway's own in-flight gauge then says it passed nearly every request on, so they are held past it,
+in vLLM's API server (`frontend`, not `gateway`). The long run sends to the replica itself."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.backends.vllm.pool import MODEL, Pool
+from tests.backends.vllm.pool import MODEL, UNIFIED, Pool
 from tests.loadtest.helpers import read_report, run_locust, write_settings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -24,17 +26,23 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 USERS = 32
 
 
-def run(pool: Pool, tmp_path: Path, name: str, output_tokens: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def run(
+    pool: Pool, tmp_path: Path, name: str, output_tokens: int, gateway: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One 14-s step of USERS users through the real harness; (the step, its diagnosis)."""
     url = pool.engine_url
+    api: dict[str, Any] = {"endpoint": "chat"}
+    metrics: dict[str, Any] = {"sample_interval_ms": 500, "gpu_util": {"source": "none"}}
+    if gateway:  # the gateway lists the replica's /metrics (GET /metrics/backends) and gives its own gauge
+        url, api["api_key_env"] = pool.gateway_url + "/api", "ZG_FRONTEND_TIER_KEY"
+    else:
+        metrics["backend_metrics_urls"] = [f"{url}/metrics"]
     settings = write_settings(
-        tmp_path / f"{name}.json", url, tmp_path / "runs", name,
-        api={"endpoint": "chat"},
+        tmp_path / f"{name}.json", url, tmp_path / "runs", name, api=api, metrics=metrics,
         load_test={"steps": [USERS], "warmup_seconds": 3, "step_duration_seconds": 14, "measure_last_seconds": 12},
         workload={"model": MODEL, "input_tokens": 16, "max_output_tokens": output_tokens, "ignore_eos": True},
-        metrics={"backend_metrics_urls": [f"{url}/metrics"], "sample_interval_ms": 500, "gpu_util": {"source": "none"}},
     )  # fmt: skip
-    result = run_locust(settings, timeout_s=300)
+    result = run_locust(settings, env={**os.environ, "ZG_FRONTEND_TIER_KEY": UNIFIED}, timeout_s=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = read_report(tmp_path / "runs" / name)
     (step,) = report["steps"]
@@ -47,10 +55,13 @@ def run(pool: Pool, tmp_path: Path, name: str, output_tokens: int) -> tuple[dict
 
 
 def test_short_answers_are_held_by_the_api_server_long_ones_by_the_engine(vllm_pool: Pool, tmp_path: Path) -> None:
-    short, held = run(vllm_pool, tmp_path, "short", output_tokens=4)
+    short, held = run(vllm_pool, tmp_path, "short", output_tokens=4, gateway=True)
     assert held["limit"] == "frontend", held
     assert "in the engines' own API servers" in held["evidence"] and "api_server_count" in held["advice"]
     engine = short["backend"]
+    passed_on = engine["gateway_inflight_mean"]  # the gateway held few: users - passed_on < passed_on - at engine
+    assert passed_on is not None and USERS - passed_on < passed_on - engine["running_mean"] - engine["waiting_mean"]
+    assert f"(the gateway passed on {passed_on:.1f})" in held["evidence"], held
     assert (engine["running_mean"] + engine["waiting_mean"]) / USERS < 0.4 and engine["waiting_mean"] < 1.0, engine
 
     long, passed = run(vllm_pool, tmp_path, "long", output_tokens=256)

@@ -168,6 +168,8 @@ def test_stepped_harness_run_has_tps_at_every_step(pool: Pool, tmp_path: Path) -
         assert step["output_tps"] > 0, step
         assert step["requests_ok"] > 0 and step["requests_failed"] == 0, step
         assert step["token_count_source"] == "usage"
+        inflight = step["backend"]["gateway_inflight_mean"]  # the gateway's own gauge, from its /metrics
+        assert inflight is not None and 0 < inflight <= step["concurrency"], step["backend"]
 
 
 def test_vllm_bench_serve_and_the_harness_read_vllm_alike(pool: Pool, tmp_path: Path) -> None:
