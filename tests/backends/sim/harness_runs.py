@@ -26,7 +26,7 @@ from backends.sim.stepped import Schedule, Step
 from backends.sim.steps import StepRecord
 from backends.sim.virtual import VirtualRun
 from loadtest import RunReport
-from loadtest._timeline import write_csv
+from loadreport.timeline import write_csv
 
 SAMPLE_S = 1.0
 BUSY_WINDOW_S = 5.0
@@ -54,10 +54,10 @@ class Stepped:
         return self.warmup_s + self.step_s * len(self.steps)
 
 
-def simulate(settings: SimSettings, plan: Stepped) -> VirtualRun:
-    steps = tuple(Step(users, plan.step_s, plan.measure_s) for users in plan.steps)
-    schedule = Schedule(steps, plan.prompt_tokens, plan.output_tokens, warmup_s=plan.warmup_s)
-    return stepped.simulate(settings.with_flags(client_gap_ms=plan.client_gap_ms), schedule, plan.seed)
+def simulate(settings: SimSettings, load: Stepped) -> VirtualRun:
+    steps = tuple(Step(users, load.step_s, load.measure_s) for users in load.steps)
+    schedule = Schedule(steps, load.prompt_tokens, load.output_tokens, warmup_s=load.warmup_s)
+    return stepped.simulate(settings.with_flags(client_gap_ms=load.client_gap_ms), schedule, load.seed)
 
 
 def _latency(values_ms: list[float]) -> dict[str, float] | None:
@@ -69,10 +69,10 @@ def _latency(values_ms: list[float]) -> dict[str, float] | None:
     }
 
 
-def _samples(run: VirtualRun, plan: Stepped) -> list[dict[str, float]]:
+def _samples(run: VirtualRun, load: Stepped) -> list[dict[str, float]]:
     out = []
     t = SAMPLE_S
-    while t <= plan.end_s + 1e-9:
+    while t <= load.end_s + 1e-9:
         recent = [s for s in run.steps if t - BUSY_WINDOW_S < s.end_s <= t]
         span = min(BUSY_WINDOW_S, t)
         current = _step_at(run.steps, t)
@@ -97,10 +97,10 @@ def _step_at(steps: list[StepRecord], t: float) -> StepRecord | None:
 
 
 def _step(
-    index: int, plan: Stepped, settings: SimSettings, run: VirtualRun, samples: list[dict[str, float]]
+    index: int, load: Stepped, settings: SimSettings, run: VirtualRun, samples: list[dict[str, float]]
 ) -> dict[str, Any]:
-    end = plan.warmup_s + (index + 1) * plan.step_s
-    start = end - plan.measure_s
+    end = load.warmup_s + (index + 1) * load.step_s
+    start = end - load.measure_s
     ended = [r for r in run.requests if r.finish_s is not None and start <= r.finish_s < end]
     tokens = sum(s.num_new_tokens for s in run.steps if start <= s.end_s < end)
     prompt = sum(r.num_prompt_tokens for r in ended)
@@ -109,30 +109,30 @@ def _step(
     running = [s["running"] for s in inside]
     return {
         "index": index,
-        "concurrency": plan.steps[index],
-        "users": plan.steps[index],
-        "start_s": round(end - plan.step_s, 3),
+        "concurrency": load.steps[index],
+        "users": load.steps[index],
+        "start_s": round(end - load.step_s, 3),
         "end_s": round(end, 3),
-        "duration_s": plan.measure_s,
+        "duration_s": load.measure_s,
         "complete": True,
         "requests_ok": len(ended),
         "requests_failed": 0,
         "retries": 0,
         "errors": {},
-        "output_tps": round(tokens / plan.measure_s, 2),
-        "total_tps": round((tokens + prompt) / plan.measure_s, 2),
-        "rps": round(len(ended) / plan.measure_s, 3),
+        "output_tps": round(tokens / load.measure_s, 2),
+        "total_tps": round((tokens + prompt) / load.measure_s, 2),
+        "rps": round(len(ended) / load.measure_s, 3),
         "ttft_ms": _latency([1000 * r.ttft_s for r in ended if r.ttft_s is not None]),
         "tpot_ms": _latency([1000 * r.tpot_s for r in ended if r.tpot_s is not None]),
         "itl_ms": None,
         "e2e_ms": _latency([1000 * (r.finish_s - r.arrival_s) for r in ended if r.finish_s is not None]),
         "gpu_util": {"mean": round(float(np.mean(busy)), 2), "min": round(min(busy), 2)} if busy else None,
         "gpu_util_reason": None,
-        "goodput_rps": round(len(ended) / plan.measure_s, 3),
+        "goodput_rps": round(len(ended) / load.measure_s, 3),
         "valid": True,
         "invalid_reason": None,
         "token_count_source": "usage",
-        "input_tokens_mean": float(plan.prompt_tokens),
+        "input_tokens_mean": float(load.prompt_tokens),
         "output_tokens_mean": float(np.mean([r.num_output_tokens for r in ended])) if ended else None,
         "loadgen_cpu_percent": 10.0,
         "send_lag_ms": None,
@@ -153,12 +153,12 @@ def _step(
     }
 
 
-def write_run(run_dir: Path, settings: SimSettings, plan: Stepped, engine_signals: bool = True) -> Path:
+def write_run(run_dir: Path, settings: SimSettings, load: Stepped, engine_signals: bool = True) -> Path:
     """Simulate the stepped run and write its folder; engine_signals=False leaves GPU busy and the
     CPU interval out (as a run against vLLM without a GPU source has them)."""
-    run = simulate(settings, plan)
-    samples = _samples(run, plan)
-    steps = [_step(i, plan, settings, run, samples) for i in range(len(plan.steps))]
+    run = simulate(settings, load)
+    samples = _samples(run, load)
+    steps = [_step(i, load, settings, run, samples) for i in range(len(load.steps))]
     if not engine_signals:
         for step in steps:
             step["gpu_util"], step["gpu_util_reason"] = None, "gpu_util.source is none"
@@ -171,7 +171,7 @@ def write_run(run_dir: Path, settings: SimSettings, plan: Stepped, engine_signal
     }
     run_meta = {
             "name": run_dir.name, "started_utc": "2026-01-01T00:00:00Z", "started_unix_s": 0.0,
-            "ended_utc": "2026-01-01T00:01:00Z", "duration_s": plan.end_s, "base_url": "virtual://sim",
+            "ended_utc": "2026-01-01T00:01:00Z", "duration_s": load.end_s, "base_url": "virtual://sim",
             "model": "sim-model", "stopped_early": None, "endpoint": "chat", "mode": "closed_loop",
             "prompt_tokens_from": "tokenize", "num_worker_processes": 1, "interrupted_requests": 0,
     }  # fmt: skip
@@ -188,18 +188,18 @@ def write_run(run_dir: Path, settings: SimSettings, plan: Stepped, engine_signal
     RunReport.model_validate(report)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    write_csv([_row(s, plan, engine_signals) for s in samples], run_dir / "timeline.csv")
-    workload = {"prompt_tokens": plan.prompt_tokens, "max_output_tokens": plan.output_tokens}
+    write_csv([_row(s, load, engine_signals) for s in samples], run_dir / "timeline.csv")
+    workload = {"prompt_tokens": load.prompt_tokens, "max_output_tokens": load.output_tokens}
     (run_dir / "settings.json").write_text(json.dumps({"workload": workload}), encoding="utf-8")
     return run_dir
 
 
-def _row(sample: dict[str, float], plan: Stepped, signals: bool) -> dict[str, Any]:
+def _row(sample: dict[str, float], load: Stepped, signals: bool) -> dict[str, Any]:
     t = sample["t"]
-    k = min(int((t - plan.warmup_s) // plan.step_s), len(plan.steps) - 1)
-    phase = "warmup" if t < plan.warmup_s else f"step{k}"
+    k = min(int((t - load.warmup_s) // load.step_s), len(load.steps) - 1)
+    phase = "warmup" if t < load.warmup_s else f"step{k}"
     return {
-        "time_s": round(t, 3), "phase": phase, "users": plan.users_at(t - 1e-9),
+        "time_s": round(t, 3), "phase": phase, "users": load.users_at(t - 1e-9),
         "output_tps": sample["tokens"] / SAMPLE_S, "gpu_util": round(100 * sample["busy"], 2) if signals else None,
         "gpu_util_reason": "" if signals else "gpu_util.source is none", "backend_running": sample["running"],
         "cpu_interval_ms": sample["cpu_ms"] if signals else None,
