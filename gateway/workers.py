@@ -6,7 +6,9 @@ free, starts the workers with PROMETHEUS_MULTIPROC_DIR set to a fresh temporary 
 in any worker then shows the sum over all of them) and, without [gateway].redis_url, a file of
 shared rate-limit buckets (gateway/limits/sqlite.py); it restarts a worker that dies, and on SIGINT
 or SIGTERM sends SIGTERM to every worker (each drains: gateway/drain.py), waits for them, and
-removes the folder; a second signal is forwarded too (the workers then exit at once).
+removes the folder; a second signal is forwarded too (the workers then exit at once). The
+supervising itself (process groups, restarts, signals, the grace before SIGKILL) is the shared
+core's, zerogap/supervisor.py.
 """
 
 from __future__ import annotations
@@ -14,21 +16,17 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
-import time
-from dataclasses import dataclass, field
-from types import FrameType
 
 from gateway.limits.sqlite import SHARED_LIMITS_ENV
 from zerogap.commands import zerogap_command
-from zerogap.process_group import new_group_preexec
+from zerogap.process_group import popen_in_group
+from zerogap.supervisor import ProcessSupervisor, RestartPolicy, Slot
 
 log = logging.getLogger("zerogap.gateway.workers")
 
-POLL_S = 0.2
 STOP_GRACE_S = 30.0  # beyond the workers' own drain timeout
 QUICK_EXIT_S = 3.0  # a worker that dies this soon after its start counts as a failed start
 MAX_FAILED_STARTS = 5
@@ -50,19 +48,19 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-@dataclass
-class Worker:
-    index: int
-    proc: subprocess.Popen[bytes]
-    started_s: float = field(default_factory=time.monotonic)
-
-
-class Supervisor:
+class Supervisor(ProcessSupervisor[Slot]):
     def __init__(self, worker_argv: list[str], num_workers: int, stop_grace_s: float = STOP_GRACE_S) -> None:
-        """stop_grace_s: how long the workers may take to drain after SIGTERM before they are killed."""
+        """stop_grace_s: how long the workers may take to drain after SIGTERM before they are killed.
+        A worker that dies is started again at once; MAX_FAILED_STARTS quick exits in a row stop them all."""
+        policy = RestartPolicy(
+            backoff_start_s=0.0,
+            backoff_max_s=0.0,
+            settle_s=QUICK_EXIT_S,
+            max_failed_starts=MAX_FAILED_STARTS,
+            stop_grace_s=stop_grace_s,
+        )
+        super().__init__([Slot(name=f"worker {i}") for i in range(num_workers)], policy)
         self.worker_argv = worker_argv
-        self.num_workers = num_workers
-        self.stop_grace_s = stop_grace_s
         self.run_dir = tempfile.mkdtemp(prefix="zerogap-workers-")
         self.metrics_dir = os.path.join(self.run_dir, "metrics")
         os.mkdir(self.metrics_dir)
@@ -71,73 +69,38 @@ class Supervisor:
             "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
             SHARED_LIMITS_ENV: os.path.join(self.run_dir, "limits.db"),
         }
-        self.workers: list[Worker] = []
-        self.stopping = False
-        self.num_failed_starts = 0
-
-    def _spawn(self, index: int) -> Worker:
-        # Its own session: a Ctrl-C in the terminal reaches only this supervisor, which forwards one
-        # SIGTERM (a worker takes a second signal as "exit now"); the kernel sends SIGTERM if we die.
-        proc = subprocess.Popen(self.worker_argv, env=self.env, start_new_session=True, preexec_fn=new_group_preexec())
-        log.info("worker %d started (pid %d)", index, proc.pid)
-        return Worker(index, proc)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.stopping:  # a second Ctrl-C: the workers' second signal, "do not wait for the drain"
-            self._signal_all(signal.SIGTERM)
-        self.stopping = True
-
-    def _signal_all(self, sig: int) -> None:
-        for w in self.workers:
-            if w.proc.poll() is None:
-                w.proc.send_signal(sig)
-
-    def _replace(self, worker: Worker) -> Worker | None:
-        from prometheus_client import multiprocess
-
-        code = worker.proc.returncode
-        multiprocess.mark_process_dead(worker.proc.pid, self.metrics_dir)
-        quick = time.monotonic() - worker.started_s < QUICK_EXIT_S
-        self.num_failed_starts = self.num_failed_starts + 1 if quick else 0
-        if self.num_failed_starts >= MAX_FAILED_STARTS:
-            log.error("worker %d keeps exiting at start (code %s); stopping", worker.index, code)
-            return None
-        log.warning("worker %d (pid %d) exited with code %s; starting a new one", worker.index, worker.proc.pid, code)
-        return self._spawn(worker.index)
 
     def run(self) -> int:
-        signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGTERM, self._on_signal)
         try:
-            self.workers = [self._spawn(i) for i in range(self.num_workers)]
-            return self._watch()
+            return super().run()
         finally:
-            self._stop_all()
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
-    def _watch(self) -> int:
-        while not self.stopping:
-            time.sleep(POLL_S)
-            for i, worker in enumerate(self.workers):
-                if self.stopping or worker.proc.poll() is None:
-                    continue
-                replacement = self._replace(worker)
-                if replacement is None:
-                    return 1
-                self.workers[i] = replacement
-        return 0
+    def spawn(self, child: Slot) -> subprocess.Popen[bytes]:
+        # Its own session: a Ctrl-C in the terminal reaches only this supervisor, which forwards one
+        # SIGTERM (a worker takes a second signal as "exit now"); the kernel sends SIGTERM if we die.
+        proc = popen_in_group(self.worker_argv, self.env)
+        log.info("%s started (pid %d)", child.name, proc.pid)
+        return proc
 
-    def _stop_all(self) -> None:
-        self._signal_all(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace_s
-        for w in self.workers:
-            try:
-                w.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("worker %d did not stop within %.0f s; killing it", w.index, self.stop_grace_s)
-                w.proc.kill()
-                w.proc.wait()
-        log.info("all %d workers stopped", len(self.workers))
+    def on_exit(self, child: Slot, code: int | None) -> None:
+        from prometheus_client import multiprocess
+
+        assert child.proc is not None
+        multiprocess.mark_process_dead(child.proc.pid, self.metrics_dir)
+
+    def on_restart(self, child: Slot, code: int | None, delay_s: float) -> None:
+        assert child.proc is not None
+        log.warning("%s (pid %d) exited with code %s; starting a new one", child.name, child.proc.pid, code)
+
+    def report(self, message: str) -> None:
+        log.error("%s; stopping", message)
+
+    def on_kill(self, child: Slot) -> None:
+        log.warning("%s did not stop within %.0f s; killing it", child.name, self.policy.stop_grace_s)
+
+    def on_stopped(self, asked: bool) -> None:
+        log.info("all %d workers stopped", len(self.children))
 
 
 def worker_argv(argv: list[str]) -> list[str]:

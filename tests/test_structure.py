@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("gateway", "backends", "loadtest", "zerogap")
+PRODUCT = ("gateway", "backends", "loadtest", "loadreport", "loadgen", "zerogap")
 OURS = (*PRODUCT, "bench", "tests")
 
 
@@ -136,10 +136,13 @@ GROUND = (
     "zerogap.config",
     "zerogap.html_page",
     "zerogap.net",
+    "zerogap.openai_request",
+    "zerogap.process_group",
     "zerogap.promtext",
+    "zerogap.supervisor",
 )
 ROOF = ("zerogap.__main__", "zerogap.cli", "zerogap.demo", "zerogap.demo_stack", "zerogap.locust_run", "zerogap.tune")
-BELOW_THE_ROOF = ("gateway", "backends", "loadtest")
+BELOW_THE_ROOF = ("gateway", "backends", "loadtest", "loadreport", "loadgen")
 
 
 def layer(name: str) -> str | None:
@@ -178,7 +181,7 @@ def test_the_layer_rule_finds_each_breach() -> None:
         "zerogap.net": {"zerogap.config.model", "gateway.app"},
         "zerogap.config.model": {"zerogap.tune.plan"},
         "gateway.app": {"zerogap.config", "zerogap.cli"},
-        "loadtest._report": {"zerogap.html_page", "zerogap"},
+        "loadreport.report": {"zerogap.html_page", "zerogap"},
         "zerogap.tune.cli": {"gateway", "loadtest", "zerogap.demo"},
     }
     assert layer_breaches(edges) == [
@@ -204,21 +207,47 @@ def test_product_code_runs_zerogap_children_through_zerogap_command() -> None:
     assert not found, f"use zerogap.commands.zerogap_command(*args) in {sorted(found)}"
 
 
-LIGHT = (  # what reads and renders reports: a tool that only reads report.json pays for no load generator
-    "loadtest",
-    "loadtest._report",
-    "loadtest._report_cli",
-    "loadtest._compare",
-    "loadtest._plots",
-    "loadtest._ratios",
-    "loadtest._curves",
-    "loadtest._run_header",
-    "loadtest._diagnosis",
-    "loadtest._schema",
-    "loadtest._console",
-    "loadtest._histogram",
-    "loadtest._summary",
-)
+# The load test is three packages: loadtest/ (the locustfile folder and the public face), loadreport/ (the
+# report side, light) and loadgen/ (the live run under Locust and gevent). loadreport imports neither of the
+# others; the rest of the product imports the load test only through `loadtest`.
+LOAD_TEST = ("loadtest", "loadreport", "loadgen")
+LIGHT = ("loadtest", "loadgen", *modules("loadreport"))  # what reads and renders reports, and the faces
+
+
+def load_test_breaches(edges: dict[str, set[str]]) -> list[str]:
+    """loadreport importing loadgen or loadtest; a package outside the load test importing loadreport/loadgen."""
+    bad = []
+    for name, targets in sorted(edges.items()):
+        top = name.split(".")[0]
+        for target in sorted(targets):
+            reached = target.split(".")[0]
+            if top == "loadreport" and reached in ("loadgen", "loadtest"):
+                bad.append(f"the report side's {name} imports {target}")
+            elif top not in LOAD_TEST and reached in ("loadreport", "loadgen"):
+                bad.append(f"{name} imports {target} (import it from loadtest)")
+    return bad
+
+
+def test_the_report_side_imports_no_live_side_and_others_use_loadtests_face() -> None:
+    bad = load_test_breaches(graph(*PRODUCT, "bench"))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_load_test_rule_finds_each_breach() -> None:
+    edges = {
+        "loadreport.summary": {"loadgen.run", "loadreport.plan"},
+        "loadreport.report": {"loadtest"},
+        "loadgen.harness": {"loadreport.report", "loadgen.client"},
+        "zerogap.tune.runner": {"loadreport.diagnosis", "loadtest"},
+        "loadtest": {"loadreport.report", "loadgen.workload"},
+    }
+    assert load_test_breaches(edges) == [
+        "the report side's loadreport.report imports loadtest",
+        "the report side's loadreport.summary imports loadgen.run",
+        "zerogap.tune.runner imports loadreport.diagnosis (import it from loadtest)",
+    ]
+
+
 HEAVY = ("gevent", "locust", "matplotlib")
 
 

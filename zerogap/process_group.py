@@ -1,5 +1,6 @@
-"""Process groups: each replica leads its own, so stopping it stops vLLM's engine core
-and workers too; and each gets SIGTERM from the kernel if the supervisor dies."""
+"""Process groups: each supervised child (a backend replica, a gateway worker) leads its own, so
+stopping it stops what it started too (vLLM's engine core and workers); and each gets SIGTERM from
+the kernel if its supervisor dies."""
 
 from __future__ import annotations
 
@@ -36,6 +37,23 @@ def new_group_preexec() -> Callable[[], None] | None:
     """preexec_fn for Popen(start_new_session=True): the parent-death signal, where Linux has it.
     It applies to the direct child: vLLM, on SIGTERM, stops its own engine core."""
     return _set_parent_death_signal if _PRCTL is not None else None
+
+
+def popen_in_group(argv: list[str], env: dict[str, str], *, capture_output: bool = False) -> subprocess.Popen[bytes]:
+    """argv as the leader of a new session and process group: a Ctrl-C in the terminal reaches only the
+    supervisor (which forwards it), and the group is stopped as a whole. capture_output: stdout and
+    stderr into one pipe (proc.stdout), stdin from /dev/null; otherwise it shares the supervisor's."""
+    if capture_output:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=new_group_preexec(),
+        )
+    return subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=new_group_preexec())
 
 
 def group_alive(pgid: int) -> bool:
