@@ -1,8 +1,10 @@
 """Validate a completion request and prepare the body sent upstream.
 
-Every field the gateway reads is checked here, and a bad one is a 400 naming it (`param`):
-model, stream, stream_options (include_usage, continuous_usage_stats), messages or prompt,
-max_tokens, max_completion_tokens, n, best_of; and any top-level integer must fit in 64 bits.
+Every field the gateway reads is checked, and a bad one is a 400 naming it (`param`). The rules an
+engine reads too (model, stream, stream_options, messages or prompt, max_tokens,
+max_completion_tokens, n) are zerogap/openai_request.py's, shared with the simulated engine, so a
+mistake gets the same message from both; the gateway's own are here: best_of (at most 128),
+[gateway].max_tokens_limit, and any top-level integer must fit in 64 bits.
 gateway/strict_json.py refuses bodies that are not strict JSON (depth, NaN, overflow, surrogates).
 
 What goes upstream differs from what the client sent in four ways, and only then is the body
@@ -25,12 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ApiError
-from gateway.keys.fields import MAX_MODEL_CHARS  # a longer name can be in no allow-list
 from gateway.strict_json import decode_object, field_name, invalid
 from zerogap.config.gateway import GatewaySection
+from zerogap.openai_request import MAX_CHOICES, InvalidRequest, check_fields, positive_int, shown
+from zerogap.openai_request import model_of as _model_of
 
-MAX_TOKENS_BOUND = 2**31 - 1  # the most completion tokens anyone may ask for (no engine has a longer context)
-MAX_CHOICES = 128  # n and best_of: completions generated per request
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # any top-level integer (seed, top_k, ...) must fit an engine's int64
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 _STREAM_OPTIONS_OBJECT = b'{"include_usage":true,"continuous_usage_stats":true}'
@@ -38,6 +39,7 @@ _STREAM_OPTIONS_BYTES = b'"stream_options":' + _STREAM_OPTIONS_OBJECT
 _STREAM_OPTIONS_VALUE = re.compile(rb'"stream_options"[ \t\n\r]*:[ \t\n\r]*(\{[^{}]*\})')
 _USAGE_FLAGS = frozenset(STREAM_OPTIONS)
 _UNICODE_ESCAPE = re.compile(rb"\\u")  # a regex search: half the time of `in` for a two-byte needle
+_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
 @dataclass
@@ -69,88 +71,18 @@ class Call:
         return self._encoded
 
 
-def _count(body: dict[str, Any], name: str, most: int, setting: str | None = None) -> int | None:
-    """A positive integer field at most `most` (None when absent or null); `setting` names the
-    config key that sets `most`, for the message."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if type(value) is not int or value < 1:
-        raise invalid(f"'{name}' must be a positive integer (got {_shown(value)}).", name)
-    if value > most:
-        if setting is None:
-            raise invalid(f"'{name}' must be at most {most} (got {_shown(value)}).", name)
-        raise ApiError(
-            400,
-            f"'{name}' asks for {_shown(value)} tokens; this gateway allows at most {most} ({setting}). "
-            f"Ask for {most} or fewer.",
-            param=name,
-            code="max_tokens_above_limit",
-        )
-    return value
-
-
-def _shown(value: Any) -> str:
-    """A client's value, short, for a message: numbers as written (at most 24 characters), else the type."""
-    if type(value) in (int, float, bool):
-        text = repr(value)
-        return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} characters)"
-    return type(value).__name__
-
-
-def _flag(value: Any, name: str) -> bool:
-    if value is None:
-        return False
-    if type(value) is not bool:
-        raise invalid(f"'{name}' must be true or false (got {_shown(value)}).", name)
-    return value
-
-
-def _stream_options(body: dict[str, Any]) -> tuple[bool, bool]:
-    """(include_usage, continuous_usage_stats) as the client asked."""
-    options = body.get("stream_options")
-    if options is None:
-        return False, False
-    if type(options) is not dict:
-        raise invalid("'stream_options' must be an object, such as {\"include_usage\": true}.", "stream_options")
-    usage = _flag(options.get("include_usage"), "stream_options.include_usage")
-    continuous = _flag(options.get("continuous_usage_stats"), "stream_options.continuous_usage_stats")
-    return usage, usage and continuous  # vLLM sends per-chunk usage only with include_usage
-
-
-def _check_messages(body: dict[str, Any]) -> None:
-    messages = body.get("messages")
-    if type(messages) is not list or not messages:
-        raise invalid('\'messages\' is required: a non-empty list of {"role", "content"} objects.', "messages")
-    for message in messages:
-        if type(message) is not dict or type(message.get("role")) is not str:
-            raise invalid("each item of 'messages' must be an object with a string 'role'.", "messages")
-
-
-def _is_tokens(items: list[Any]) -> bool:
-    if not items or not all(type(t) is int for t in items):
-        return False
-    return min(items) >= 0 and max(items) <= MAX_TOKENS_BOUND
-
-
-def _check_prompt(body: dict[str, Any]) -> None:
-    """A string, a list of strings, a list of token ids or a list of lists of token ids (OpenAI's forms)."""
-    prompt = body.get("prompt")
-    if type(prompt) is str:
-        return
-    if type(prompt) is list and prompt:
-        first = type(prompt[0])
-        if first is str and all(type(p) is str for p in prompt):
-            return
-        if first is int and _is_tokens(prompt):
-            return
-        if first is list and all(type(p) is list and _is_tokens(p) for p in prompt):
-            return
-    raise invalid(
-        "'prompt' is required: a string, a non-empty list of strings, or a non-empty list of token ids "
-        f"(integers 0 to {MAX_TOKENS_BOUND}), or a list of such lists.",
-        "prompt",
-    )
+def _check_limit(body: dict[str, Any], limit: int) -> None:
+    """[gateway].max_tokens_limit on both token fields (their types are checked already)."""
+    for name in _TOKEN_FIELDS:
+        value = body.get(name)
+        if value is not None and value > limit:
+            raise ApiError(
+                400,
+                f"'{name}' asks for {shown(value)} tokens; this gateway allows at most {limit} "
+                f"([gateway].max_tokens_limit). Ask for {limit} or fewer.",
+                param=name,
+                code="max_tokens_above_limit",
+            )
 
 
 def _check_int_range(body: dict[str, Any]) -> None:
@@ -160,45 +92,34 @@ def _check_int_range(body: dict[str, Any]) -> None:
             raise invalid(f"'{name or 'a field'}' is out of range (an integer must fit in 64 bits).", name)
 
 
-def _completion_tokens(body: dict[str, Any], chat: bool, settings: GatewaySection) -> int | None:
-    """The completion tokens per choice the engine will be allowed, as the client asked (None: not said)."""
-    limit = settings.max_tokens_limit
-    most, setting = (MAX_TOKENS_BOUND, None) if limit is None else (limit, "[gateway].max_tokens_limit")
-    max_tokens = _count(body, "max_tokens", most, setting)
-    max_completion_tokens = _count(body, "max_completion_tokens", most, setting)
-    if chat:  # vLLM's chat API reads max_completion_tokens, then max_tokens
-        return max_completion_tokens or max_tokens
-    return max_tokens  # the completions API has only max_tokens
-
-
 def model_of(body: dict[str, Any]) -> str:
     """The body's `model`, or a 400: required, a string, at most MAX_MODEL_CHARS (it is echoed in a 404)."""
-    model = body.get("model")
-    if type(model) is not str or not model:
-        raise invalid("'model' is required: the name of a model from GET /v1/models.", "model")
-    if len(model) > MAX_MODEL_CHARS:
-        raise invalid(f"'model' is longer than {MAX_MODEL_CHARS} characters: see GET /v1/models.", "model")
-    return model
+    try:
+        return _model_of(body) or ""  # never None: required
+    except InvalidRequest as exc:
+        raise invalid(exc.message, exc.param) from None
 
 
 def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> Call:
     body = decode_object(raw)
-    model = model_of(body)
-    stream = _flag(body.get("stream"), "stream")
-    wants_usage, wants_continuous = _stream_options(body)
-    if chat:
-        _check_messages(body)
-    else:
-        _check_prompt(body)
-    asked = _completion_tokens(body, chat, settings)
-    choices = max(_count(body, "n", MAX_CHOICES) or 1, _count(body, "best_of", MAX_CHOICES) or 1)
+    try:
+        asked = check_fields(body, chat)
+        best_of = positive_int(body, "best_of", MAX_CHOICES)
+    except InvalidRequest as exc:
+        raise invalid(exc.message, exc.param) from None
+    if settings.max_tokens_limit is not None:
+        _check_limit(body, settings.max_tokens_limit)
+    choices = max(asked.n or 1, best_of or 1)
     _check_int_range(body)
-    call = Call(path, model, body, raw, stream, wants_usage and stream, asked, wants_continuous and stream)
-    sent = asked
-    if asked is None and settings.max_tokens_limit is not None:
+    stream = asked.stream
+    wants_usage = asked.include_usage and stream
+    wants_continuous = wants_usage and asked.continuous_usage_stats  # vLLM sends per-chunk usage only with usage
+    call = Call(path, asked.model or "", body, raw, stream, wants_usage, asked.max_tokens, wants_continuous)
+    sent = asked.max_tokens
+    if sent is None and settings.max_tokens_limit is not None:
         sent = min(settings.default_max_tokens, settings.max_tokens_limit)
     call.budget_tokens = (sent or settings.default_max_tokens) * choices
-    call._encoded = _upstream_bytes(call, settings.drop_body_fields, None if sent == asked else sent)
+    call._encoded = _upstream_bytes(call, settings.drop_body_fields, None if sent == asked.max_tokens else sent)
     return call
 
 

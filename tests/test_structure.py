@@ -137,6 +137,7 @@ GROUND = (
     "zerogap.html_page",
     "zerogap.net",
     "zerogap.openai_request",
+    "zerogap.openai_request",
     "zerogap.process_group",
     "zerogap.promtext",
     "zerogap.supervisor",
