@@ -137,7 +137,6 @@ GROUND = (
     "zerogap.html_page",
     "zerogap.net",
     "zerogap.openai_request",
-    "zerogap.openai_request",
     "zerogap.process_group",
     "zerogap.promtext",
     "zerogap.supervisor",
