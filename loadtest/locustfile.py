@@ -6,7 +6,8 @@
     locust -f loadtest/ --settings my.json    (or ZEROGAP_SETTINGS=my.json)
     locust -f loadtest/ --headless --progress-seconds 10 --print-stats   (Locust's own table every 2 s too)
 
-Everything else lives in modules whose names start with `_`, which Locust does not load.
+Locust loads every .py file of this folder not named `_*`: this one alone. The harness lives in
+loadgen/ (the live run) and loadreport/ (the report), beside this folder (loadtest/__init__.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 from locust import LoadTestShape, User, constant, events, task
 from locust.env import Environment
 
-from loadtest._client import StreamClient
-from loadtest._harness import Harness
-from loadtest._locust_options import add_options
-from loadtest._workload import Session
+from loadgen.client import StreamClient
+from loadgen.harness import Harness
+from loadgen.locust_options import add_options
+from loadgen.workload import Session
 
 HARNESS = Harness()
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest._plan import Plan
-from loadtest._settings import parse_settings
+from loadreport.plan import Plan
+from loadreport.settings import parse_settings
 from tests.article.stack import ARTICLE, article_config
 from tests.support import zerogap_cmd
 from zerogap.config import ConfigError, load_config, parse_config

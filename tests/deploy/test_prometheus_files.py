@@ -53,7 +53,7 @@ CONTRACT_METRICS = {
     "vllm:prefix_cache_hits_total",
     "vllm:prefix_cache_queries_total",
     "DCGM_FI_DEV_GPU_UTIL",
-    # The Locust harness's exporter (loadtest/_exporter.py).
+    # The Locust harness's exporter (loadgen/exporter.py).
     "zerogap_loadtest_users",
     "zerogap_loadtest_step",
     "zerogap_loadtest_num_steps",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest._diagnosis import diagnose_step
-from loadtest._schema import LIMITS, Backend, GpuUtil, Latency, Step
+from loadreport.diagnosis import diagnose_step
+from loadreport.schema import LIMITS, Backend, GpuUtil, Latency, Step
 
 
 def latency(p50: float | None) -> Latency:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import time
 
-from loadtest._arrivals import Arrivals
-from loadtest._plan import Plan
-from loadtest._settings import LoadTestSection
+from loadgen.arrivals import Arrivals
+from loadreport.plan import Plan
+from loadreport.settings import LoadTestSection
 
 
 def plan(rate: float) -> Plan:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loadtest._client import StreamClient
+from loadgen.client import StreamClient
 from tests.fixtures.upstream import Behavior, UpstreamServer
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from loadreport.diagnosis import diagnose_step, diagnose_steps
+from loadreport.diagnosis_reading import as_step
 from loadtest import diagnose, headline
-from loadtest._diagnosis import diagnose_step, diagnose_steps
-from loadtest._diagnosis_reading import as_step
 from tests.loadtest.diagnosis_steps import limit, step
 
 

@@ -4,8 +4,8 @@ Every pair is made of figures a plain float holds exactly at the threshold."""
 
 from __future__ import annotations
 
+from loadreport.diagnosis import diagnose_steps
 from loadtest import diagnose, headline
-from loadtest._diagnosis import diagnose_steps
 from tests.loadtest.diagnosis_steps import limit, step
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from loadtest._gateway_inflight import GatewayInflight, gateway_metrics_url
-from loadtest._settings import MetricsSection
-from loadtest._timeline import COLUMNS, Sampler
+from loadgen.gateway_inflight import GatewayInflight, gateway_metrics_url
+from loadgen.sampler import Sampler
+from loadreport.settings import MetricsSection
+from loadreport.timeline import COLUMNS
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, make_config, wait_until
 

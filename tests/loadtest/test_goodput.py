@@ -4,10 +4,10 @@ through the step summary that writes report.json; the counts are exact."""
 
 from __future__ import annotations
 
-from loadtest._plan import Plan
-from loadtest._record import Recorder, RequestRecord
-from loadtest._settings import parse_settings
-from loadtest._summary import summarize_step
+from loadreport.plan import Plan
+from loadreport.record import Recorder, RequestRecord
+from loadreport.settings import parse_settings
+from loadreport.summary import summarize_step
 
 START = 1_000_000.0
 SETTINGS = parse_settings(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest._histogram import Histogram, summarize
+from loadreport.histogram import Histogram, summarize
 
 
 def test_tenth_of_a_millisecond_apart_stays_apart() -> None:

@@ -7,7 +7,7 @@ import resource
 
 import pytest
 
-from loadtest._limits import raise_open_files
+from loadgen.open_files import raise_open_files
 
 
 def test_raises_to_the_hard_limit_and_warns_when_that_is_short(caplog: pytest.LogCaptureFixture) -> None:

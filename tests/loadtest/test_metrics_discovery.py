@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtest._metrics_discovery import EMPTY, as_seen_from_here, ask_gateway, listing_url, metrics_urls
-from loadtest._settings import MetricsSection, parse_settings
-from loadtest._timeline import Sampler
+from loadgen.metrics_discovery import EMPTY, as_seen_from_here, ask_gateway, listing_url, metrics_urls
+from loadgen.sampler import Sampler
+from loadreport.settings import MetricsSection, parse_settings
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, make_config
 from zerogap.net import free_port

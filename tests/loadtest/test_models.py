@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from loadtest._models import ModelChoiceError, choose_model
+from loadgen.models import ModelChoiceError, choose_model
 from zerogap.net import free_port
 
 

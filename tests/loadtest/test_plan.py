@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loadtest._plan import Plan
-from loadtest._settings import LoadTestSection
+from loadreport.plan import Plan
+from loadreport.settings import LoadTestSection
 
 
 def test_no_steps_is_the_articles_plan() -> None:
@@ -44,7 +44,7 @@ def test_open_loop_steps_are_rates_and_users_stay_at_concurrency() -> None:
 
 
 def test_prompt_calibration_with_a_tokenizer_and_without() -> None:
-    from loadtest._prompt import calibrate
+    from loadgen.prompt import calibrate
 
     def two_per_word(text: str) -> int:  # a tokenizer that splits every word in two
         return 2 * len(text.split())

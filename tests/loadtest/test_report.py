@@ -10,16 +10,16 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from loadtest._compare import render_comparison
-from loadtest._console import HEADER, table
-from loadtest._plan import Plan
-from loadtest._record import Recorder, RequestRecord
-from loadtest._report import render_run, write_run
-from loadtest._report_cli import main as report_main
-from loadtest._schema import RunReport, json_schema
-from loadtest._settings import parse_settings
-from loadtest._summary import find_knee, summarize_run
-from loadtest._timeline import Sample
+from loadreport.compare import render_comparison
+from loadreport.console import HEADER, table
+from loadreport.plan import Plan
+from loadreport.record import Recorder, RequestRecord
+from loadreport.report import render_run, write_run
+from loadreport.report_cli import main as report_main
+from loadreport.schema import RunReport, json_schema
+from loadreport.settings import parse_settings
+from loadreport.summary import find_knee, summarize_run
+from loadreport.timeline import Sample
 from tests.support import REPO, zerogap_cmd
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -174,7 +174,7 @@ def test_report_cli_errors_are_messages(tmp_path: Path, capsys) -> None:
 def test_the_published_schema_is_current() -> None:
     published = (REPO / "loadtest" / "report.schema.json").read_text(encoding="utf-8")
     assert published == json_schema(), (
-        "regenerate it: .venv/bin/python -c 'import loadtest._schema as s; print(s.json_schema(), end=\"\")' "
+        "regenerate it: .venv/bin/python -c 'import loadreport.schema as s; print(s.json_schema(), end=\"\")' "
         "> loadtest/report.schema.json"
     )
 

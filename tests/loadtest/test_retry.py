@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest._record import RequestRecord
-from loadtest._retry import with_retries
+from loadgen.retry import with_retries
+from loadreport.record import RequestRecord
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.helpers import read_report, run_locust, write_settings
 

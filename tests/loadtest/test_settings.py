@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loadtest._settings import SettingsError, load_settings, parse_settings, settings_path
+from loadreport.settings import SettingsError, load_settings, parse_settings, settings_path
 from tests.support import REPO
 
 

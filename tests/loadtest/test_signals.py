@@ -9,8 +9,8 @@ import sys
 import threading
 import time
 
-from loadtest._settings import MetricsSection
-from loadtest._signals import CPU_INTERVAL, TOKEN_INTERVAL, GpuUtil, scrape_backends
+from loadgen.signals import CPU_INTERVAL, TOKEN_INTERVAL, GpuUtil, scrape_backends
+from loadreport.settings import MetricsSection
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
 from tests.support import REPO
@@ -80,7 +80,7 @@ class _Trickle(socketserver.BaseRequestHandler):
 SCRAPE_UNDER_GEVENT = """
 from gevent import monkey; monkey.patch_all()
 import sys, time
-from loadtest._signals import RUNNING, scrape_backends
+from loadgen.signals import RUNNING, scrape_backends
 started = time.monotonic()
 scrape = scrape_backends(sys.argv[1:], {RUNNING}, 1.0)
 print(f"{time.monotonic() - started:.3f}", scrape.total(RUNNING), scrape.errors)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loadtest._sse import SseParser
+from loadgen.sse import SseParser
 
 
 def chat_chunk(content: str | None = None, role: str | None = None, usage: dict[str, int] | None = None) -> bytes:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from loadtest._record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
+from loadreport.record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 
 
 def record(ok: bool, tokens: int, source: str, prompt_tokens: int = 5) -> RequestRecord:

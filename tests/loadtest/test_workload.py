@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from loadreport.summary import prefix_hit_rate
+from loadreport.timeline import Sample
 from loadtest import SettingsError, Workload, parse_settings
-from loadtest._summary import prefix_hit_rate
-from loadtest._timeline import Sample
 
 
 def workload(endpoint: str = "chat", **fields: Any) -> Workload:

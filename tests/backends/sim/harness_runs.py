@@ -25,8 +25,8 @@ from backends.sim.settings import SimSettings
 from backends.sim.stepped import Schedule, Step
 from backends.sim.steps import StepRecord
 from backends.sim.virtual import VirtualRun
-from loadtest import RunReport
 from loadreport.timeline import write_csv
+from loadtest import RunReport
 
 SAMPLE_S = 1.0
 BUSY_WINDOW_S = 5.0

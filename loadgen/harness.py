@@ -1,0 +1,267 @@
+"""The harness in one Locust process: its answers to Locust's events, and the users' side.
+
+Roles: a local run does everything in one process. With --processes N or
+--master/--worker, workers run the users and ship their records to the master
+(loadgen/workers.py); the master samples the server-side signals, serves the load
+generator's /metrics, and writes the run folder. One run's state is a Run (loadgen/run.py),
+created when the run starts; the greenlets beside the users are in loadgen/sampling.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.runners import MasterRunner, Runner, WorkerRunner
+
+from loadgen.arrivals import Arrivals
+from loadgen.client import StreamClient
+from loadgen.exporter import Exporter
+from loadgen.failfast import doubled_v1
+from loadgen.locust_options import progress_seconds, quiet_locust_table
+from loadgen.locust_stats import fire_locust_events
+from loadgen.open_files import raise_open_files
+from loadgen.progress import report_progress
+from loadgen.prompt import calibrate, request_body, tokenize_counter, tokenize_urls
+from loadgen.retry import with_retries
+from loadgen.run import Prompt, Run
+from loadgen.sampler import Sampler
+from loadgen.sampling import sample_cpu, sample_timeline
+from loadgen.stopper import Stopper
+from loadgen.webui import ZerogapTab, ignored_form_values, live_rows, prefill_form
+from loadgen.workers import WorkerLink
+from loadgen.workload import Session, Workload
+from loadreport.plan import Plan
+from loadreport.record import RequestRecord
+from loadreport.report import new_run_dir
+from loadreport.settings import Settings, SettingsError, load_settings, settings_path
+
+log = logging.getLogger("zerogap.loadtest")
+FAILURE_PAUSE_S = 0.1
+NONCE_SHAPE = "000000 "  # each prompt starts with a random 6-digit number: no two share a prefix cache entry
+
+
+def fail(message: str) -> None:
+    """A user error: the message, no traceback, exit status 2."""
+    sys.stderr.write(f"zerogap loadtest: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
+class Harness:
+    """Set up from settings.json at Locust's init; a Run from each test_start to its test_stop."""
+
+    def __init__(self) -> None:
+        self.settings: Settings | None = None  # None until init (or when settings.json was refused)
+        self.plan: Plan | None = None
+        self.env: Environment | None = None
+        self.exporter: Exporter | None = None
+        self.link: WorkerLink | None = None
+        self.headers: dict[str, str] = {}
+        self.base_url = ""
+        self.run: Run | None = None
+        self.process_name = f"{socket.gethostname()}:{os.getpid()}"
+
+    @property
+    def runner(self) -> Runner | None:
+        return self.env.runner if self.env is not None else None
+
+    @property
+    def is_worker(self) -> bool:
+        return isinstance(self.runner, WorkerRunner)
+
+    @property
+    def is_master(self) -> bool:
+        return isinstance(self.runner, MasterRunner)
+
+    def on_init(self, environment: Environment, **_: Any) -> None:
+        self.env = environment
+        options = environment.parsed_options
+        path = settings_path(getattr(options, "settings", None) if options is not None else None)
+        try:
+            settings = load_settings(path)
+            api_key = settings.api_key()
+        except SettingsError as exc:
+            fail(str(exc))
+            return
+        self.settings, self.plan = settings, Plan.from_settings(settings.load_test)
+        self.base_url = (environment.host or settings.api.base_url).rstrip("/")
+        doubled = self.doubled_v1(environment)
+        if doubled is not None:
+            fail(doubled)
+        quiet_locust_table(options)
+        prefill_form(options, self.plan)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.process_name = f"{socket.gethostname()}:{os.getpid()}"
+        if not self.is_master:
+            raise_open_files(max(self.plan.users_for(p) for p in self.plan.phases) + 256)
+        if not self.is_worker and settings.metrics.exporter_port:
+            self.exporter = Exporter()
+            self.exporter.serve(settings.metrics.exporter_host, settings.metrics.exporter_port)
+        events = environment.events
+        events.test_start.add_listener(self.on_test_start)
+        events.test_stop.add_listener(self.on_test_stop)
+        events.quitting.add_listener(self.on_quitting)
+        self.link = WorkerLink(environment, lambda: self.run, self.exporter)
+        self.link.install(self.runner)
+        if not self.is_worker:
+            ZerogapTab(self.live_rows).install(environment)
+        log.info("zerogap: settings from %s; %s", path, self.describe_plan(self.plan))
+
+    def doubled_v1(self, environment: Environment) -> str | None:
+        """The fix when the base URL (settings.json's, Locust's -H, or the web UI's host) ends in /v1."""
+        assert self.settings is not None
+        source = "the host (Locust's -H / the web UI's Host)" if environment.host else "api.base_url"
+        return doubled_v1(self.base_url, self.settings.api.path(), source)
+
+    @staticmethod
+    def describe_plan(plan: Plan) -> str:
+        loads = ", ".join(f"{step.load:g}" for step in plan.steps)
+        unit = "req/s" if plan.open_loop else "users"
+        return f"steps {loads} {unit}, {plan.total_s:g} s in all"
+
+    # ----- start -----
+    def on_test_start(self, environment: Environment, **_: Any) -> None:
+        settings, plan = self.settings, self.plan
+        assert settings is not None and plan is not None, "on_init refused the settings"
+        self.base_url = (environment.host or settings.api.base_url).rstrip("/")  # the web UI may change it
+        list_timeout_s = settings.api.connect_timeout_seconds + settings.metrics.scrape_timeout_seconds
+        run = Run(settings, plan, self.base_url, Stopper(self.base_url, self.headers, list_timeout_s))
+        if not self.is_worker:
+            run.run_dir = new_run_dir(settings.output)
+            run.sampler = Sampler(settings.metrics, self.base_url)
+        self.run = run
+        ignored = ignored_form_values(environment.parsed_options, plan)
+        if ignored is not None and not self.is_worker:
+            log.warning("zerogap: %s", ignored)
+        doubled = self.doubled_v1(environment)
+        if doubled is not None:
+            run.stopper.stop(environment, doubled)
+            return
+        model = run.stopper.choose_model(environment, settings.workload.model)
+        if model is None:
+            return
+        run.model = model
+        if not self.is_master:
+            run.prompt = self.prepare_prompt(run)
+            seed = settings.load_test.seed
+            seed = None if seed is None else seed + os.getpid() * int(self.is_worker)
+            run.arrivals = Arrivals(plan, run.start_s, self.user_share, seed) if plan.open_loop else None
+            self.spawn(run, lambda: sample_cpu(run, self.process_name, self.exporter))
+        if not self.is_worker:
+            self.spawn(run, lambda: sample_timeline(run, self.user_count, self.exporter))
+            progress_s = progress_seconds(environment.parsed_options)
+            self.spawn(run, lambda: report_progress(run, self.user_count, self.is_master, progress_s))
+            log.info("zerogap: this run writes %s", run.run_dir)
+
+    @staticmethod
+    def spawn(run: Run, function: Callable[[], None]) -> None:
+        run.greenlets.append(gevent.spawn(function))
+
+    def prepare_prompt(self, run: Run) -> Prompt:
+        workload = run.settings.workload
+        counter = None
+        if workload.prompt_tokens_from == "tokenize":
+            urls = tokenize_urls(self.base_url, workload.tokenize_url)
+            timeout_s = run.settings.metrics.scrape_timeout_seconds
+            counter = tokenize_counter(urls, run.model, timeout_s, self.headers, workload.tokenize_url)
+        prefix = NONCE_SHAPE if workload.unique_prompts else ""
+        text, source = calibrate(workload.prompt_tokens, counter, prefix)
+        if workload.prompt_tokens_from == "tokenize" and source != "tokenize":
+            log.warning("zerogap: no /tokenize answered; prompts use the approximation (one word = one token)")
+        return Prompt(text, source, Workload(run.settings, text, run.settings.load_test.seed))
+
+    def user_count(self) -> int:
+        runner = self.runner
+        return runner.user_count if runner is not None else 0
+
+    def user_share(self) -> float:
+        assert self.plan is not None
+        return min(1.0, self.user_count() / self.plan.concurrency) if self.is_worker else 1.0
+
+    # ----- the users' side -----
+    def new_client(self) -> StreamClient:
+        assert self.settings is not None
+        api = self.settings.api
+        stream = self.settings.workload.stream
+        return StreamClient(
+            self.base_url, api.path(), self.headers, api.connect_timeout_seconds, api.timeout_seconds, stream
+        )
+
+    def new_session(self) -> Session | None:
+        """A user's own prefix and conversation, for the shared-prefix and multi-turn workloads."""
+        workload = self.run.prompt.workload if self.run is not None else None
+        if workload is None or not workload.shaped:
+            return None
+        return workload.session()
+
+    def run_one(self, client: StreamClient, session: Session | None = None) -> None:
+        run, env = self.run, self.env
+        if run is None or env is None or run.stopper.stopping:
+            gevent.sleep(FAILURE_PAUSE_S)
+            return
+        lag = None
+        if run.arrivals is not None:
+            planned = run.arrivals.take()
+            lag = max(0.0, time.time() - planned)
+        body = (
+            session.body(run.model) if session is not None else request_body(run.settings, run.prompt.text, run.model)
+        )
+
+        def keep(record: RequestRecord, walls: list[float]) -> None:  # also an interrupted request's
+            self.keep(run, record, walls)
+
+        request_id = run.request_sent()  # the step's final line waits for the requests still streaming
+        try:
+            record, walls, detail = with_retries(lambda: client.stream(body, lag, keep), run.settings.api.max_retries)
+            if session is not None and record.ok:
+                session.answered(record.output_tokens)
+            self.keep(run, record, walls)
+        finally:
+            run.request_kept(request_id)
+        if not record.ok:
+            run.recorder.note_error(record.error_kind, detail)  # shipped to the master with the records
+        fire_locust_events(env, client.path, record, detail)
+        if not self.is_worker:
+            run.stopper.observe(env, record, detail)
+        if not record.ok and run.arrivals is None:
+            gevent.sleep(FAILURE_PAUSE_S)  # a dead or refusing server is not hammered in a tight loop
+
+    def keep(self, run: Run, record: RequestRecord, walls: list[float]) -> None:
+        run.keep(record, walls)
+        if self.exporter is not None:
+            self.exporter.observe(record)
+
+    def live_rows(self) -> list[dict[str, Any]]:
+        run = self.run
+        if run is None or run.sampler is None:
+            return []
+        return live_rows(run.settings, run.plan, run.start_s, run.recorder, run.sampler.samples, run.final_steps)
+
+    # ----- stop -----
+    def on_test_stop(self, environment: Environment, **_: Any) -> None:
+        end_s = time.time()
+        run = self.run
+        if run is None:
+            return  # Locust fires test_stop when quitting a web UI that never started a test
+        run.stop_greenlets()
+        if self.exporter is not None:
+            self.exporter.run_stopped()  # after the greenlets that set the gauges
+        if self.is_worker:
+            self.run = None
+            return
+        if isinstance(self.runner, MasterRunner) and self.link is not None:
+            run.num_workers = self.link.collect(self.runner)  # their last records come into this run
+        self.run = None
+        run.finish(end_s)
+
+    def on_quitting(self, environment: Environment, **_: Any) -> None:
+        if self.exporter is not None:
+            self.exporter.close()

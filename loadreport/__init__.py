@@ -1,0 +1,9 @@
+"""A load test's report side: settings.json, the plan of steps, the request records, the per-step
+summary and its diagnosis, report.json (schema.py: the typed contract) and timeline.csv,
+report.html with its PNGs, the console table, and `zerogap report` (report_cli.py).
+
+Nothing here imports Locust, gevent or matplotlib at import time (plots.py imports matplotlib
+when it draws): a tool that only reads report.json pays for no load generator
+(tests/test_structure.py holds this). The live run is loadgen/; it imports this package, never
+the reverse. Other packages import the public names from `loadtest`.
+"""

@@ -1,0 +1,124 @@
+"""What a headless run prints: a progress line every few seconds, a final line per step, the table at the end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loadreport.collect import not_collected
+from loadreport.diagnosis import headline
+from loadreport.plan import Phase, Plan
+from loadreport.settings import Settings
+
+
+def _ms(figures: dict[str, Any], key: str = "p50") -> str:
+    value = figures.get(key) if figures else None
+    return "-" if value is None else f"{value:.1f}"
+
+
+def load_text(step: dict[str, Any]) -> str:
+    if "request_rate" in step:
+        return f"{step['request_rate']:g} req/s"
+    return f"{step['concurrency']:g} users"
+
+
+def _gpu(step: dict[str, Any]) -> str:
+    gpu = step.get("gpu_util")
+    return "-" if gpu is None else f"{gpu['mean']:.0f}%"
+
+
+def _tps(step: dict[str, Any], key: str = "output_tps") -> str:
+    return "-" if step.get(key) is None else f"{step[key]:,.0f}"
+
+
+def _hit(step: dict[str, Any]) -> str:
+    rate = step.get("prefix_cache_hit_rate")
+    return "-" if rate is None else f"{rate * 100:.0f}%"
+
+
+def progress_line(step: dict[str, Any], num_steps: int) -> str:
+    """One line per step; a figure settings.json does not collect is left out."""
+    flag = "" if step["valid"] else f"  INVALID: {step['invalid_reason']}"
+    skip = step.get("not_collected") or {}
+    parts = [f"output {_tps(step)} tok/s" if "output_tps" not in skip else "", f"{step['rps']:.2f} req/s"]
+    parts += [f"TTFT p50 {_ms(step['ttft_ms'])} ms" if "ttft_ms" not in skip else ""]
+    parts += [f"TPOT p50 {_ms(step['tpot_ms'])} ms" if "tpot_ms" not in skip else ""]
+    parts += [f"GPU {_gpu(step)}" if "gpu_util" not in skip else ""]
+    parts += [f"prefix-cache hits {_hit(step)}" if step.get("prefix_cache_hit_rate") is not None else ""]
+    retries = f", {step['retries']} retried" if step.get("retries") else ""
+    parts += [f"ok {step['requests_ok']} failed {step['requests_failed']}{retries}"]
+    figures = ", ".join(part for part in parts if part)
+    return f"zerogap step {step['index'] + 1}/{num_steps} {load_text(step)}: {figures}{flag}"
+
+
+@dataclass(frozen=True)
+class LiveFigures:
+    """The current phase so far: output tok/s over the latest seconds (None: none yet), GPU busy."""
+
+    output_tps: float | None
+    gpu_util: float | None
+    num_ok: int
+    num_failed: int
+
+
+def live_line(settings: Settings, plan: Plan, phase: Phase, run_time_s: float, users: int, live: LiveFigures) -> str:
+    """The progress line printed every few seconds while a phase runs."""
+    where = "warm-up" if phase.index < 0 else f"step {phase.index + 1}/{len(plan.steps)}"
+    planned = plan.users_for(phase)
+    people = f"{users} users" if users == planned else f"{users} of {planned} users"
+    load = f"{phase.load:g} req/s, {people}" if plan.open_loop else people
+    elapsed_s, length_s = run_time_s - phase.start_s, phase.end_s - phase.start_s
+    clock = f"{elapsed_s:.0f} s of {length_s:.0f} s ({max(0.0, length_s - elapsed_s):.0f} s left)"
+    skip = not_collected(settings)
+    tps = "-" if live.output_tps is None else f"{live.output_tps:,.0f}"
+    gpu = "-" if live.gpu_util is None else f"{live.gpu_util:.0f}%"
+    parts = [f"output {tps} tok/s" if "output_tps" not in skip else "", f"GPU {gpu}" if "gpu_util" not in skip else ""]
+    parts.append(f"{live.num_ok} ok, {live.num_failed} failed")
+    return f"zerogap progress: {where}, {load}, {clock}: {', '.join(part for part in parts if part)}"
+
+
+HEADER = (
+    f"{'load':>14} {'out tok/s':>10} {'tot tok/s':>10} {'req/s':>7} {'TTFT p50':>9} {'p99':>8} "
+    f"{'TPOT p50':>9} {'p99':>7} {'ITL p50':>8} {'GPU':>5} {'gap':>6} {'CPU':>6} {'hit':>5} {'good/s':>7} {'fail':>5} "
+    f"{'valid':>5}"
+)
+
+
+def _interval(step: dict[str, Any], key: str) -> str:
+    value = step.get(key)
+    return "-" if value is None else f"{value:.1f}"
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [HEADER]
+    for step in report["steps"]:
+        lines.append(
+            f"{load_text(step):>14} {_tps(step):>10} {_tps(step, 'total_tps'):>10} {step['rps']:>7.2f} "
+            f"{_ms(step['ttft_ms']):>9} {_ms(step['ttft_ms'], 'p99'):>8} {_ms(step['tpot_ms']):>9} "
+            f"{_ms(step['tpot_ms'], 'p99'):>7} {_ms(step['itl_ms']):>8} {_gpu(step):>5} "
+            f"{_interval(step, 'token_interval_ms'):>6} {_interval(step, 'cpu_interval_ms'):>6} {_hit(step):>5} "
+            f"{step['goodput_rps']:>7.2f} {step['requests_failed']:>5} {'yes' if step['valid'] else 'NO':>5}"
+        )
+    for entry in report.get("diagnosis") or []:
+        load = entry.get("request_rate", entry["concurrency"])
+        lines.append(f"{load:>14g} limit {entry['limit']}: {entry['evidence']}")
+        if entry["limit"] != "none":
+            lines.append(f"{'':>14} try: {entry['advice']}")
+    knee = report.get("knee")
+    lines.append(f"knee: {knee['text']}" if knee else "knee: none (TPS still grows by 10% or more per step)")
+    sources = {step["token_count_source"] for step in report["steps"]}
+    if "chunks" in sources:
+        lines.append("note: the server sent no usage for some requests; their tokens are counted chunks")
+    if any(step.get("token_interval_ms") is not None for step in report["steps"]):
+        lines.append(
+            "gap: the token interval, the GPU's idle time between two forwards; "
+            "CPU: the CPU work per step, hidden behind the forward or not (both from the backends, ms)"
+        )
+    skipped = report["steps"][0].get("not_collected") if report["steps"] else None
+    if skipped:
+        reasons = sorted(set(skipped.values()))
+        lines.append(f"not collected ({', '.join(sorted(skipped))}): {'; '.join(reasons)}")
+    lines.append("latencies in ms (0.1 ms resolution); hit: the engines' prefix-cache hit rate")
+    if report.get("diagnosis"):
+        lines.append(headline(report["diagnosis"]))
+    return "\n".join(lines)
