@@ -10,6 +10,9 @@
   in flight, and the connection closed (slowloris).
 - Body time: the body is complete within `body_timeout_s` of the headers; else 408, closed.
 - Connections: beyond `max_connections` open in this process, a request gets 503, closed.
+- Lingering close: a connection closed while its client still sends a body (a 413, a 408) sends
+  its answer, then reads and drops the rest for a bounded time (gateway/lingering.py), so the
+  client reads the answer instead of a reset.
 
 Why a protocol subclass: the limits are per connection and per request, and the gateway's CPU
 per relayed token is a headline figure. Nothing here runs per response chunk (the send path is
@@ -32,6 +35,7 @@ from uvicorn.server import ServerState
 
 from gateway.asgi import ASGIApp, Receive, Scope, Send, send_error
 from gateway.errors import ApiError
+from gateway.lingering import LingeringTransport
 
 log = logging.getLogger("zerogap.gateway.http")
 
@@ -71,16 +75,31 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        self._lingering = LingeringTransport(transport, self.loop, self._client_may_be_sending)
+        super().connection_made(self._lingering)  # type: ignore[arg-type]
         self._over_limit = len(self.connections) > self.limits.max_connections
         self._timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        self._lingering.release()
         super().connection_lost(exc)
+
+    def eof_received(self) -> None:
+        if self._lingering.lingering:  # the client read our answer and closed its side: done
+            self._lingering.close_now()
+
+    def _client_may_be_sending(self) -> bool:
+        """A close now would leave the client writing its body: a response sent before the
+        request's body was read to its end (lingering.py). Not after a refusal of the headers:
+        a header section over the limit is cut at once (nothing of it is worth reading)."""
+        return not self._in_headers and self.cycle is not None and self.cycle.more_body
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, with the bytes of the header section counted and the body deadline armed."""
+        if self._lingering.lingering:
+            self._lingering.discard(data)
+            return
         self._unset_keepalive_if_required()
         if self._in_headers:
             if self._refused:  # the connection closes after the responses in flight: drop the rest

@@ -15,6 +15,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.gateway import Gateway
+from gateway.http_limits import HttpLimits, protocol_class
 from gateway.upstream import UpstreamClient
 from tests.sse import data_payloads
 from zerogap.config import Config, parse_config
@@ -49,18 +50,21 @@ def make_config(
 
 
 class GatewayServer:
-    """uvicorn serving create_app(config) on its own thread and event loop."""
+    """uvicorn serving create_app(config) on its own thread and event loop, with the gateway's own
+    HTTP protocol (gateway/http_limits.py: the [server] limits, lingering close)."""
 
     def __init__(self, config: Config, client: UpstreamClient | None = None) -> None:
         self.config = config
         self.app = create_app(config, client)
+        s = config.server
+        limits = HttpLimits(s.max_header_bytes, s.header_timeout_s, s.body_timeout_s, s.max_connections)
         self.server = uvicorn.Server(
             uvicorn.Config(
                 self.app,
                 host="127.0.0.1",
                 port=config.server.port,
                 loop="asyncio",
-                http="httptools",
+                http=protocol_class(limits),
                 ws="none",
                 access_log=False,
                 log_config=None,

@@ -11,6 +11,7 @@ import json
 import aiohttp
 import pytest
 
+from gateway.lingering import LINGER_BYTES
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, error_of, make_config, metric
 from tests.gateway.malformed import corpus
@@ -142,3 +143,22 @@ async def test_no_malformed_body_gets_a_5xx_or_leaves_a_traceback(gateway_proces
     assert "refused /v1/chat/completions" in log  # debug lines with the refusals were written
     for sign in ("Traceback", "Logging error", "ERROR", "Exception"):
         assert sign not in log, log[log.index(sign) - 2000 : log.index(sign) + 2000]
+
+
+async def test_a_refused_client_that_keeps_sending_is_cut_off_after_the_linger_bound(gateway) -> None:
+    """The lingering close (gateway/lingering.py) reads what a refused client still sends, but at
+    most LINGER_BYTES: past them the connection closes, however fast the client sends."""
+    gs, _ = gateway
+    _reader, writer = await asyncio.open_connection("127.0.0.1", gs.config.server.port)
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {UNIFIED}\r\n"
+    writer.write(head.encode() + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"%x\r\n" % 65536 + b" " * 65536 + b"\r\n"
+    sent = 0
+    with pytest.raises(ConnectionError):
+        for _ in range(64 * LINGER_BYTES // 65536):  # bounded: 64x the linger bound (LINGER_S stops it too)
+            writer.write(chunk)
+            await writer.drain()
+            sent += len(chunk)
+    writer.close()
+    # the bound plus what the two sockets' buffers hold; without the bound, LINGER_S lets ~1 GB through
+    assert LINGER_BYTES < sent < 8 * LINGER_BYTES, sent
