@@ -5,13 +5,15 @@
 The grid max_num_seqs=16,128 x async_scheduling=false,true (4 candidates) on sims: the
 real-time tune starts a sim per candidate and load-tests it through the Locust harness
 for every step; the virtual one runs the same scheduler and cost model without a clock.
-Prints each one's wall time, the ratio, and whether the two rank the candidates alike.
+Prints each one's wall time, the ratio, whether the two rank the candidates alike, and each
+run's wall time against the estimate tune printed before it began ("about N s in all").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,7 @@ from pathlib import Path
 GRID = ["--grid", "max_num_seqs=16,128", "--grid", "async_scheduling=false,true"]
 
 
-def _tune(folder: Path, common: list[str], *extra: str) -> tuple[float, list[str]]:
+def _tune(folder: Path, common: list[str], *extra: str) -> tuple[float, list[str], float]:
     out = folder / ("virtual" if extra else "real")
     cmd = [sys.executable, "-m", "zerogap", "tune", *common, *extra, "--out", str(out)]
     started = time.monotonic()
@@ -30,7 +32,8 @@ def _tune(folder: Path, common: list[str], *extra: str) -> tuple[float, list[str
     if result.returncode != 0:
         raise SystemExit(f"zerogap tune failed ({result.returncode}):\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
     ranking = [c["label"] for c in json.loads((out / "tune.json").read_text())["candidates"]]
-    return elapsed, ranking
+    said = re.search(r"about (\d+) s in all", result.stdout)
+    return elapsed, ranking, float(said.group(1)) if said else float("nan")
 
 
 def main() -> int:
@@ -45,14 +48,15 @@ def main() -> int:
         config.write_text(f"[sim]\ntime_scale = {args.time_scale}\n")
         common = ["--config", str(config), "--engine", "sim", *GRID, "--steps", args.steps]
         common += ["--step-seconds", args.step_seconds, "--input-tokens", "64", "--output-tokens", "16"]
-        real_s, real_rank = _tune(folder, common)
-        virtual_s, virtual_rank = _tune(folder, common, "--virtual")
+        real_s, real_rank, real_estimate_s = _tune(folder, common)
+        virtual_s, virtual_rank, virtual_estimate_s = _tune(folder, common, "--virtual")
     print(f"grid: 4 candidates, steps {args.steps}, {args.step_seconds} s each (sim time scale {args.time_scale})")
     print(f"{'':>10} {'wall s':>8}  ranking")
     print(f"{'real time':>10} {real_s:>8.1f}  {' > '.join(real_rank)}")
     print(f"{'virtual':>10} {virtual_s:>8.1f}  {' > '.join(virtual_rank)}")
     agree = "agree" if real_rank == virtual_rank else "DIFFER"
     print(f"real / virtual wall time: {real_s / virtual_s:.1f}x; rankings {agree}")
+    print(f"took / estimated: real time {real_s / real_estimate_s:.2f}x, virtual {virtual_s / virtual_estimate_s:.2f}x")
     return 0
 
 

