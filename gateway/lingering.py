@@ -1,8 +1,9 @@
 """Lingering close, as nginx does it: a connection closed while its client is still sending.
 
 When the gateway answers before it has read the whole request body (a 413 for a chunked body
-over [gateway].max_body_bytes, a 408 for a body that stopped coming) and closes, the kernel answers the bytes still coming with a reset, and a reset can destroy the answer
-before the client reads it: the client sees "connection reset" instead of the error that says
+over [gateway].max_body_bytes, a 408 for a body that stopped coming) and closes, the kernel
+answers the bytes still coming with a reset, and a reset can destroy the answer before the
+client reads it: the client sees "connection reset" instead of the error that says
 what to fix. So such a close half-closes instead (the answer, then FIN), reads and discards what
 the client still sends, and closes for good when the client closes its side, after
 LINGER_S, or after LINGER_BYTES, whichever comes first (bounded: a client cannot hold it).
