@@ -75,11 +75,16 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 async def _json_body(request: web.Request) -> Any:
+    """The body as JSON; RequestError with the gateway's words (gateway/strict_json.py) when it is not."""
     raw = await request.read()
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"The request body is not valid JSON: {exc}. Send a JSON object.") from None
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"The body is not valid UTF-8 (byte {exc.start}). Send JSON encoded as UTF-8.") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"The body is not valid JSON ({exc}). Send a JSON object.") from None
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:

@@ -69,7 +69,7 @@ class Tokenized:
 
 def _object(body: Any, settings: SimSettings) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.")
+        raise RequestError("The body must be a JSON object.")
     check_model(body, settings)
     return body
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from backends.sim.testing import SimProcess, run_sim_process
@@ -92,6 +93,16 @@ CASES = [
     ),
     (CHAT, {"model": MODEL, "messages": MSG, "n": 0}, "n", "'n' must be a positive integer (got 0)."),
     (CHAT, {"model": MODEL, "messages": MSG, "n": 129}, "n", "'n' must be at most 128 (got 129)."),
+    # bodies that are not a JSON object, sent as these bytes
+    (
+        CHAT,
+        b'{"model": "sim-m",',
+        None,
+        "The body is not valid JSON (Expecting property name enclosed in double quotes",
+    ),
+    (COMPLETIONS, b"[1, 2]", None, "The body must be a JSON object."),
+    (COMPLETIONS, b'"prompt"', None, "The body must be a JSON object."),
+    (CHAT, b'{"model": "sim-\xff"}', None, "The body is not valid UTF-8 (byte 15). Send JSON encoded as UTF-8."),
 ]
 
 
@@ -108,8 +119,20 @@ def gateway(sim: SimProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield server
 
 
-async def refusal(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
-    status, _, raw = await post(url, body, headers)
+async def post_bytes(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s,
+        s.post(url, data=body, headers=sent) as resp,
+    ):
+        return resp.status, await resp.read()
+
+
+async def refusal(url: str, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    if isinstance(body, bytes):
+        status, raw = await post_bytes(url, body, headers)
+    else:
+        status, _, raw = await post(url, body, headers)
     assert status == 400, raw
     return error_of(raw)
 
