@@ -19,11 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.keys.base import KeyStoreError
+from zerogap.openai_request import MAX_MODEL_CHARS
 
 MAX_NAME_CHARS = 64
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.@:-]+")
 MAX_MODELS = 256
-MAX_MODEL_CHARS = 256
 MAX_RPM = 10**9
 MAX_TPM = 10**12
 MAX_CONCURRENCY = 100_000
