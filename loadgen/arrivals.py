@@ -12,13 +12,15 @@ from collections.abc import Callable
 
 import gevent
 
-from loadreport.plan import Plan
+from loadreport.schedule import LoadSchedule
 
 _IDLE_POLL_S = 0.05
 
 
 class Arrivals:
-    def __init__(self, plan: Plan, run_start: float, share: Callable[[], float], seed: int | None = None) -> None:
+    def __init__(
+        self, plan: LoadSchedule, run_start: float, share: Callable[[], float], seed: int | None = None
+    ) -> None:
         self.plan = plan
         self.run_start = run_start
         self.share = share

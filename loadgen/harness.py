@@ -38,9 +38,9 @@ from loadgen.stopper import Stopper
 from loadgen.webui import ZerogapTab, ignored_form_values, live_rows, prefill_form
 from loadgen.workers import WorkerLink
 from loadgen.workload import Session, Workload
-from loadreport.plan import Plan
 from loadreport.record import RequestRecord
 from loadreport.report import new_run_dir
+from loadreport.schedule import LoadSchedule
 from loadreport.settings import Settings, SettingsError, load_settings, settings_path
 
 log = logging.getLogger("zerogap.loadtest")
@@ -60,7 +60,7 @@ class Harness:
 
     def __init__(self) -> None:
         self.settings: Settings | None = None  # None until init (or when settings.json was refused)
-        self.plan: Plan | None = None
+        self.plan: LoadSchedule | None = None
         self.env: Environment | None = None
         self.exporter: Exporter | None = None
         self.link: WorkerLink | None = None
@@ -91,7 +91,7 @@ class Harness:
         except SettingsError as exc:
             fail(str(exc))
             return
-        self.settings, self.plan = settings, Plan.from_settings(settings.load_test)
+        self.settings, self.plan = settings, LoadSchedule.from_settings(settings.load_test)
         self.base_url = (environment.host or settings.api.base_url).rstrip("/")
         doubled = self.doubled_v1(environment)
         if doubled is not None:
@@ -122,7 +122,7 @@ class Harness:
         return doubled_v1(self.base_url, self.settings.api.path(), source)
 
     @staticmethod
-    def describe_plan(plan: Plan) -> str:
+    def describe_plan(plan: LoadSchedule) -> str:
         loads = ", ".join(f"{step.load:g}" for step in plan.steps)
         unit = "req/s" if plan.open_loop else "users"
         return f"steps {loads} {unit}, {plan.total_s:g} s in all"

@@ -22,8 +22,8 @@ import gevent
 
 from loadgen.run import Run
 from loadreport.console import LiveFigures, live_line, progress_line
-from loadreport.plan import Phase
 from loadreport.record import INTERRUPTED
+from loadreport.schedule import Phase
 from loadreport.summary import summarize_step
 
 PROGRESS_S = 5.0  # --progress-seconds' default

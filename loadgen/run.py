@@ -17,9 +17,9 @@ from loadgen.sampler import Sampler
 from loadgen.stopper import Stopper
 from loadgen.workload import Workload
 from loadreport.console import progress_line, table
-from loadreport.plan import Plan
 from loadreport.record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 from loadreport.report import write_run
+from loadreport.schedule import LoadSchedule
 from loadreport.settings import Settings
 from loadreport.summary import summarize_run
 
@@ -36,7 +36,7 @@ class Prompt:
 @dataclass
 class Run:
     settings: Settings
-    plan: Plan
+    plan: LoadSchedule
     base_url: str
     stopper: Stopper
     start_s: float = field(default_factory=time.time)  # wall clock (the timeline's and the workers')

@@ -23,8 +23,8 @@ from typing import Any
 
 from locust.env import Environment
 
-from loadreport.plan import Plan
 from loadreport.record import Recorder
+from loadreport.schedule import LoadSchedule
 from loadreport.settings import Settings
 from loadreport.summary import summarize_step
 from loadreport.timeline import Sample
@@ -71,13 +71,13 @@ def row(step: dict[str, Any], num_steps: int, measured: bool) -> dict[str, Any]:
     }
 
 
-def form_values(plan: Plan) -> tuple[int, float]:
+def form_values(plan: LoadSchedule) -> tuple[int, float]:
     """(users, spawn rate) of the run's start: the first step's users, all at once when spawn_rate is 0."""
     users = plan.users_for(plan.phases[0])
     return users, plan.spawn_rate if plan.spawn_rate > 0 else float(max(users, 1))
 
 
-def prefill_form(options: Namespace | None, plan: Plan) -> None:
+def prefill_form(options: Namespace | None, plan: LoadSchedule) -> None:
     """The web UI's form (and Locust's own defaults) start at settings.json's values, not at 0 or 1."""
     if options is None:
         return
@@ -88,7 +88,7 @@ def prefill_form(options: Namespace | None, plan: Plan) -> None:
         options.spawn_rate = spawn_rate
 
 
-def ignored_form_values(options: Namespace | None, plan: Plan) -> str | None:
+def ignored_form_values(options: Namespace | None, plan: LoadSchedule) -> str | None:
     """What to tell a user who asked for other users, ramp-up or run time (the form, -u, -r, -t): the steps rule."""
     users, spawn_rate = form_values(plan)
     asked_users = getattr(options, "num_users", None)
@@ -105,7 +105,7 @@ def ignored_form_values(options: Namespace | None, plan: Plan) -> str | None:
 
 def live_rows(
     settings: Settings,
-    plan: Plan,
+    plan: LoadSchedule,
     run_start: float,
     recorder: Recorder,
     samples: list[Sample],

@@ -1,4 +1,4 @@
-"""A load test's report side: settings.json, the plan of steps, the request records, the per-step
+"""A load test's report side: settings.json, the load schedule (its steps in time), the request records, the per-step
 summary and its diagnosis, report.json (schema.py: the typed contract) and timeline.csv,
 report.html with its PNGs, the console table, and `zerogap report` (report_cli.py).
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from loadreport.collect import not_collected
 from loadreport.diagnosis import headline
-from loadreport.plan import Phase, Plan
+from loadreport.schedule import LoadSchedule, Phase
 from loadreport.settings import Settings
 
 
@@ -61,7 +61,9 @@ class LiveFigures:
     num_failed: int
 
 
-def live_line(settings: Settings, plan: Plan, phase: Phase, run_time_s: float, users: int, live: LiveFigures) -> str:
+def live_line(
+    settings: Settings, plan: LoadSchedule, phase: Phase, run_time_s: float, users: int, live: LiveFigures
+) -> str:
     """The progress line printed every few seconds while a phase runs."""
     where = "warm-up" if phase.index < 0 else f"step {phase.index + 1}/{len(plan.steps)}"
     planned = plan.users_for(phase)

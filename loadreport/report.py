@@ -16,10 +16,10 @@ from pydantic import ValidationError
 from loadreport.collect import blank_uncollected
 from loadreport.console import load_text
 from loadreport.diagnosis import diagnose, headline
-from loadreport.plan import Plan
 from loadreport.plots import plot_timeline, plot_vs_load
 from loadreport.record import INTERRUPTED, Recorder
 from loadreport.run_header import run_header
+from loadreport.schedule import LoadSchedule
 from loadreport.schema import RunReport
 from loadreport.settings import OutputSection, Settings
 from loadreport.timeline import Sample, build_rows, read_csv, write_csv
@@ -51,7 +51,7 @@ def new_run_dir(output: OutputSection) -> Path:
 def write_run(
     run_dir: Path,
     settings: Settings,
-    plan: Plan,
+    plan: LoadSchedule,
     run_start: float,
     run_end: float,
     summary: dict[str, Any],

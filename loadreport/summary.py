@@ -17,8 +17,8 @@ from typing import Any
 from loadreport.collect import leave_out, p50
 from loadreport.diagnosis import diagnose
 from loadreport.histogram import Histogram
-from loadreport.plan import Phase, Plan
 from loadreport.record import INTERRUPTED, Recorder, RequestRecord
+from loadreport.schedule import LoadSchedule, Phase
 from loadreport.settings import Settings, SloSection
 from loadreport.timeline import Sample
 
@@ -83,12 +83,12 @@ def _validity(settings: Settings, cpu: float | None, lag: Histogram, open_loop: 
     return reasons
 
 
-def _previous_load(plan: Plan, phase: Phase) -> float | None:
+def _previous_load(plan: LoadSchedule, phase: Phase) -> float | None:
     before = [p for p in plan.phases if p.end_s <= phase.start_s]
     return before[-1].load if before else None
 
 
-def _edge_leak(plan: Plan, phase: Phase, run_start: float, ended: list[RequestRecord]) -> str | None:
+def _edge_leak(plan: LoadSchedule, phase: Phase, run_start: float, ended: list[RequestRecord]) -> str | None:
     """Requests measured in the window that were sent before the step began carry the
     previous step's load: the window starts less than one request's duration into the step."""
     if _previous_load(plan, phase) in (None, phase.load):
@@ -108,7 +108,7 @@ def _edge_leak(plan: Plan, phase: Phase, run_start: float, ended: list[RequestRe
 
 def summarize_step(
     settings: Settings,
-    plan: Plan,
+    plan: LoadSchedule,
     phase: Phase,
     run_start: float,
     run_end: float,
@@ -231,7 +231,7 @@ def find_knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def summarize_run(
     settings: Settings,
-    plan: Plan,
+    plan: LoadSchedule,
     run_start: float,
     run_end: float,
     recorder: Recorder,

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from loadreport.histogram import Histogram
-from loadreport.plan import Plan
 from loadreport.record import Recorder
+from loadreport.schedule import LoadSchedule
 
 
 @dataclass
@@ -56,14 +56,14 @@ COLUMNS = [
 ]
 
 
-def _phase_name(plan: Plan, run_time_s: float) -> str:
+def _phase_name(plan: LoadSchedule, run_time_s: float) -> str:
     phase = plan.phase_at(run_time_s)
     if phase is None:
         return "end"
     return "warmup" if phase.index < 0 else f"step{phase.index}"
 
 
-def build_rows(samples: list[Sample], recorder: Recorder, plan: Plan, run_start: float) -> list[dict[str, Any]]:
+def build_rows(samples: list[Sample], recorder: Recorder, plan: LoadSchedule, run_start: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     records = sorted((r for r in recorder.records if r.ok), key=lambda r: r.end)
     ends = [r.end for r in records]

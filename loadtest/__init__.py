@@ -6,7 +6,7 @@ and the public face.
 beside it, in two packages with plain names:
 
 - loadreport/: what a run's figures become and how they are read back (settings.json, the
-  plan, the records, per-step summary, diagnosis, report.json and its schema, timeline.csv,
+  load schedule, the records, per-step summary, diagnosis, report.json and its schema, timeline.csv,
   report.html, the console table, `zerogap report`). It imports no Locust, gevent or
   matplotlib (plots import matplotlib when they draw): a tool that only reads report.json
   does not pay for a load generator.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loadreport.plan import Plan
+from loadreport.schedule import LoadSchedule
 from loadreport.settings import parse_settings
 from tests.article.stack import ARTICLE, article_config
 from tests.support import zerogap_cmd
@@ -39,7 +39,7 @@ def test_the_articles_settings_json_is_valid_as_written() -> None:
     assert settings.workload.model == ""  # the article names none: GET /v1/models decides
     metrics = settings.metrics
     assert metrics.collect_tps and metrics.collect_ttft and metrics.collect_tpot and metrics.collect_gpu_util
-    plan = Plan.from_settings(settings.load_test)  # no steps: 30 s warm-up, then 300 s at 128 users
+    plan = LoadSchedule.from_settings(settings.load_test)  # no steps: 30 s warm-up, then 300 s at 128 users
     assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [
         (-1, 128, 0, 30, 30),
         (0, 128, 30, 330, 30),

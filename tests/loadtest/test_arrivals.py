@@ -6,12 +6,13 @@ import itertools
 import time
 
 from loadgen.arrivals import Arrivals
-from loadreport.plan import Plan
+from loadreport.schedule import LoadSchedule
 from loadreport.settings import LoadTestSection
 
 
-def plan(rate: float) -> Plan:
-    return Plan.from_settings(LoadTestSection(request_rate=rate, steps=[], duration_seconds=60, warmup_seconds=0))
+def plan(rate: float) -> LoadSchedule:
+    load = LoadTestSection(request_rate=rate, steps=[], duration_seconds=60, warmup_seconds=0)
+    return LoadSchedule.from_settings(load)
 
 
 def count_arrivals(arrivals: Arrivals, seconds: float) -> list[float]:

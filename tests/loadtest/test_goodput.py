@@ -4,8 +4,8 @@ through the step summary that writes report.json; the counts are exact."""
 
 from __future__ import annotations
 
-from loadreport.plan import Plan
 from loadreport.record import Recorder, RequestRecord
+from loadreport.schedule import LoadSchedule
 from loadreport.settings import parse_settings
 from loadreport.summary import summarize_step
 
@@ -42,7 +42,7 @@ def recorder_of(requests: list[tuple[int, bool, float | None, float, int]]) -> R
 
 
 def test_goodput_counts_only_requests_within_both_slos() -> None:
-    plan = Plan.from_settings(SETTINGS.load_test)
+    plan = LoadSchedule.from_settings(SETTINGS.load_test)
     step = summarize_step(SETTINGS, plan, plan.steps[0], START, START + plan.total_s, recorder_of(REQUESTS), [])
     assert step is not None and step["duration_s"] == 5.0
     assert step["requests_ok"] == NUM_OK and step["requests_failed"] == 2
@@ -52,6 +52,6 @@ def test_goodput_counts_only_requests_within_both_slos() -> None:
 
 def test_goodput_edge_is_inclusive() -> None:
     """The requests exactly at both SLOs alone: every one of them counts."""
-    plan = Plan.from_settings(SETTINGS.load_test)
+    plan = LoadSchedule.from_settings(SETTINGS.load_test)
     step = summarize_step(SETTINGS, plan, plan.steps[0], START, START + plan.total_s, recorder_of(REQUESTS[1:2]), [])
     assert step is not None and step["goodput_rps"] == step["rps"] == 2 / 5.0

@@ -12,10 +12,10 @@ from pydantic import ValidationError
 
 from loadreport.compare import render_comparison
 from loadreport.console import HEADER, table
-from loadreport.plan import Plan
 from loadreport.record import Recorder, RequestRecord
 from loadreport.report import render_run, write_run
 from loadreport.report_cli import main as report_main
+from loadreport.schedule import LoadSchedule
 from loadreport.schema import RunReport, json_schema
 from loadreport.settings import parse_settings
 from loadreport.summary import find_knee, summarize_run
@@ -45,7 +45,7 @@ def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
         '{"load_test": {"steps": [2, 4], "warmup_seconds": 0, "step_duration_seconds": 10, '
         '"measure_last_seconds": 5}, "metrics": {"backend_metrics_urls": ["http://127.0.0.1:1/metrics"]}}'
     )
-    plan = Plan.from_settings(settings.load_test)
+    plan = LoadSchedule.from_settings(settings.load_test)
     run_dir.mkdir(parents=True, exist_ok=True)
     recorder, samples = Recorder(), []
     for phase in plan.steps:
@@ -101,7 +101,7 @@ def test_saturated_load_generator_invalidates_the_step(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "report.json").read_text())
     assert all(step["valid"] for step in report["steps"])
     settings = parse_settings('{"metrics": {"saturation_cpu_percent": 15}}')
-    plan = Plan.from_settings(parse_settings('{"load_test": {"steps": [1], "warmup_seconds": 0}}').load_test)
+    plan = LoadSchedule.from_settings(parse_settings('{"load_test": {"steps": [1], "warmup_seconds": 0}}').load_test)
     recorder = Recorder()
     recorder.add_cpu("host:1", START + 100, 99.0)
     step = summarize_run(settings, plan, START, START + plan.total_s, recorder, [])["steps"][0]
@@ -118,7 +118,7 @@ def test_a_window_that_starts_within_a_request_of_the_step_start_is_invalid(meas
         f'{{"load_test": {{"steps": [2, 4], "warmup_seconds": 0, "step_duration_seconds": 10, '
         f'"measure_last_seconds": {measure_last_s}}}}}'
     )
-    plan = Plan.from_settings(settings.load_test)
+    plan = LoadSchedule.from_settings(settings.load_test)
     recorder = Recorder()
     for user in range(4):
         sent = START + (1.6 + 0.2 * user if user < 2 else 10.0 + 0.1 * user)

@@ -23,14 +23,17 @@ class Phase:
 
 
 @dataclass(frozen=True)
-class Plan:
+class LoadSchedule:
+    """The run's phases from settings.json's load_test: what Locust's shape ticks through and
+    what each step's summary measures."""
+
     phases: tuple[Phase, ...]
     open_loop: bool
     concurrency: int  # open loop: the users that send (most requests in flight)
     spawn_rate: float
 
     @classmethod
-    def from_settings(cls, load: LoadTestSection) -> Plan:
+    def from_settings(cls, load: LoadTestSection) -> LoadSchedule:
         open_loop = load.request_rate > 0
         if load.steps:
             loads, duration, measure = list(load.steps), load.step_duration_seconds, load.measure_last_seconds

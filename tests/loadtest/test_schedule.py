@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from loadreport.plan import Plan
+from loadreport.schedule import LoadSchedule
 from loadreport.settings import LoadTestSection
 
 
 def test_no_steps_is_the_articles_plan() -> None:
     """The article's load_test (no steps): 30 s warm-up at 128 users, then 300 s at 128, all measured."""
-    plan = Plan.from_settings(LoadTestSection())
+    plan = LoadSchedule.from_settings(LoadTestSection())
     assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [
         (-1, 128, 0, 30, 30),
         (0, 128, 30, 330, 30),
@@ -17,7 +17,7 @@ def test_no_steps_is_the_articles_plan() -> None:
 
 
 def test_stepped_plan() -> None:
-    plan = Plan.from_settings(LoadTestSection(steps=[32, 128, 256]))
+    plan = LoadSchedule.from_settings(LoadTestSection(steps=[32, 128, 256]))
     assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [
         (-1, 32, 0, 30, 30),
         (0, 32, 30, 210, 90),
@@ -30,14 +30,14 @@ def test_stepped_plan() -> None:
 
 
 def test_no_steps_is_one_step_at_concurrency_measured_whole() -> None:
-    plan = Plan.from_settings(LoadTestSection(steps=[], concurrency=8, duration_seconds=60, warmup_seconds=0))
+    plan = LoadSchedule.from_settings(LoadTestSection(steps=[], concurrency=8, duration_seconds=60, warmup_seconds=0))
     assert [(p.index, p.load, p.start_s, p.end_s, p.measure_start_s) for p in plan.phases] == [(0, 8, 0, 60, 0)]
 
 
 def test_open_loop_steps_are_rates_and_users_stay_at_concurrency() -> None:
     load = LoadTestSection(request_rate=5, steps=[2.5, 10], concurrency=16, warmup_seconds=0, step_duration_seconds=10,
                            measure_last_seconds=5)  # fmt: skip
-    plan = Plan.from_settings(load)
+    plan = LoadSchedule.from_settings(load)
     assert plan.open_loop
     assert plan.rate_at(1) == 2.5 and plan.rate_at(12) == 10 and plan.rate_at(25) == 0
     assert plan.tick(12) == (16, 16.0)
