@@ -84,7 +84,7 @@ def parse_generation(body: Any, settings: SimSettings, chat: bool) -> Generation
         max_tokens=_max_tokens(asked.max_tokens, _token_field(body, chat), len(prompt), settings.max_model_len),
         stream=asked.stream,
         include_usage=asked.include_usage,
-        continuous_usage=asked.continuous_usage_stats,
+        continuous_usage=asked.include_usage and asked.continuous_usage_stats,  # as vLLM: should_include_usage
         ignore_eos=ignore_eos,
         stop_ids=_stop_ids(body.get("stop")),
     )

@@ -15,6 +15,7 @@ from backends.sim.virtual import Arrival, VirtualEngine
 from tests.backends.sim._client import metrics, stream
 
 MODEL = "sim-test"
+MSG = [{"role": "user", "content": "one two"}]
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +80,22 @@ async def test_no_chunk_leaves_before_the_first_token(sim, session):
 
 
 async def test_continuous_usage_stats_on_every_chunk(sim, session):
-    body = {"prompt": _words(5), "max_tokens": 4, "stream_options": {"continuous_usage_stats": True}}
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    body = {"prompt": _words(5), "max_tokens": 4, "ignore_eos": True, "stream_options": options}
     result = await stream(session, f"{sim.url}/v1/completions", body)
-    counts = [e["usage"]["completion_tokens"] for e in result.events]
+    counts = [e["usage"]["completion_tokens"] for e in result.events if e["choices"]]
     assert counts == [1, 2, 3, 4]
+    assert result.events[-1]["choices"] == [] and result.events[-1]["usage"]["completion_tokens"] == 4
     assert all(e["object"] == "text_completion" for e in result.events)
+
+
+async def test_continuous_usage_stats_without_include_usage_sends_no_usage(sim, session):
+    """vLLM (should_include_usage) sends per-chunk usage only when include_usage is asked too."""
+    for path, prompt in (("/v1/completions", {"prompt": _words(5)}), ("/v1/chat/completions", {"messages": MSG})):
+        body = {**prompt, "max_tokens": 4, "ignore_eos": True, "stream_options": {"continuous_usage_stats": True}}
+        result = await stream(session, sim.url + path, body)
+        assert result.done and len(result.token_times_s) == 4, path
+        assert [e for e in result.events if "usage" in e] == [], path
 
 
 async def test_completion_not_streamed(sim, session):
