@@ -4,7 +4,7 @@ and at equal slack.
     .venv/bin/python bench/sim_step_lag.py [--streams 1024] [--low-streams 32] [--measure-s 15] [--repeats 3]
 
 A step's lag (actual - scheduled start) only shows when the loop's own work per step (apply
-the step, hand out its tokens, plan the next) comes near the step's modelled length: the
+the step, hand out its tokens, schedule the next) comes near the step's modelled length: the
 slack is step period - step work. At time-scale 1, 32 streams make short steps with little
 work and 1,024 long steps with much work: two regimes. So each repeat measures three runs:
 

@@ -1,5 +1,5 @@
 """Fixtures shared by every test folder. Plain helpers are in tests/support.py (and the
-product's own: zerogap.net, backends.process_group); tests import nothing from here."""
+product's own: zerogap.net, zerogap.process_group); tests import nothing from here."""
 
 from __future__ import annotations
 

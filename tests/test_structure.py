@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,8 +127,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 # zerogap/ holds two layers (the top level is fixed by the design brief, so they share one package).
-# The ground: what gateway/, backends/ and loadtest/ share (config, ports and readiness, Prometheus text,
-# argument types, the `zerogap` child command, the HTML page shell); it imports nothing else of ours.
+# The ground: what the packages below the roof share (config, ports and readiness, Prometheus text, argument
+# types, the `zerogap` child command, the HTML page shell, an OpenAI request's rules, process groups, the
+# supervisor of child processes); it imports nothing else of ours.
 # The roof: the commands that put the packages together (the dispatcher, demo, tune, running Locust);
 # it may import anything, and nothing below it imports it. zerogap/__init__.py says the same.
 GROUND = (
@@ -171,6 +173,14 @@ def test_every_zerogap_module_is_ground_or_roof() -> None:
     assert not unplaced, f"add each to GROUND or ROOF here (and to zerogap/__init__.py's list): {unplaced}"
 
 
+def test_zerogap_init_lists_the_ground_and_the_roof_as_here() -> None:
+    doc = (ROOT / "zerogap" / "__init__.py").read_text(encoding="utf-8")
+    ground, roof = doc.split("- the ground", 1)[1].split("- the roof", 1)
+    for members, text, where in ((GROUND, ground, "ground"), (ROOF, roof, "roof")):
+        missing = [m for m in members if re.search(rf"\b{re.escape(m.split('.')[-1])}\b", text) is None]
+        assert not missing, f"zerogap/__init__.py's {where} list lacks {missing}: name each as GROUND/ROOF do here"
+
+
 def test_the_ground_imports_only_the_ground_and_nothing_below_the_roof_imports_the_roof() -> None:
     bad = layer_breaches(graph(*PRODUCT))
     assert not bad, "move the piece both need into the ground (a plain module of zerogap/):\n" + "\n".join(bad)
@@ -179,14 +189,14 @@ def test_the_ground_imports_only_the_ground_and_nothing_below_the_roof_imports_t
 def test_the_layer_rule_finds_each_breach() -> None:
     edges = {
         "zerogap.net": {"zerogap.config.model", "gateway.app"},
-        "zerogap.config.model": {"zerogap.tune.plan"},
+        "zerogap.config.model": {"zerogap.tune.trial"},
         "gateway.app": {"zerogap.config", "zerogap.cli"},
         "loadreport.report": {"zerogap.html_page", "zerogap"},
         "zerogap.tune.cli": {"gateway", "loadtest", "zerogap.demo"},
     }
     assert layer_breaches(edges) == [
         "gateway.app imports the roof's zerogap.cli",
-        "the ground's zerogap.config.model imports zerogap.tune.plan",
+        "the ground's zerogap.config.model imports zerogap.tune.trial",
         "the ground's zerogap.net imports gateway.app",
     ]
 
