@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +20,8 @@ from zerogap.net import wait_for_port
 from zerogap.process_group import stop_process
 
 UNIFIED = "unified-proc-secret-9"
+START_TIMEOUT_S = 120.0
+POLL_S = 0.05
 
 
 def write_config(path: Path, port: int, upstream_url: str, gateway: dict[str, Any], server: str = "") -> Path:
@@ -51,12 +54,37 @@ class GatewayProcess:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(zerogap_cmd(*args), env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)  # fmt: skip
-        wait_for_port(self.port, 120, self.proc)
+        deadline_s = time.monotonic() + START_TIMEOUT_S
+        wait_for_port(self.port, START_TIMEOUT_S, self.proc)
+        if self.workers > 1:  # the port answers once the first worker listens: wait for the others too
+            self._wait_until_serving(deadline_s)
         return self
 
     def worker_pids(self) -> list[int]:
         assert self.proc is not None
         return sorted(c.pid for c in psutil.Process(self.proc.pid).children())
+
+    def serving(self) -> bool:
+        """`workers` workers, each listening on the port (uvicorn listens once its app has started)."""
+        pids = self.worker_pids()
+        try:
+            sockets = [psutil.Process(pid).net_connections("tcp") for pid in pids]
+        except psutil.NoSuchProcess:  # one just exited
+            return False
+        listening = [any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in s) for s in sockets]
+        return len(pids) == self.workers and all(listening)
+
+    def _wait_until_serving(self, deadline_s: float) -> None:
+        assert self.proc is not None
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise RuntimeError(f"the gateway exited with {code} before its {self.workers} workers listened")
+            if self.serving():
+                return
+            if time.monotonic() > deadline_s:
+                raise TimeoutError(f"not all {self.workers} workers listened on port {self.port} in time")
+            time.sleep(POLL_S)
 
     def kill(self) -> None:
         """SIGKILL the gateway and its workers at once (no flush, no drain)."""
