@@ -8,7 +8,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import gevent
 
@@ -19,9 +18,10 @@ from loadgen.workload import Workload
 from loadreport.console import progress_line, table
 from loadreport.record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 from loadreport.report import write_run
+from loadreport.run_summary import summarize_run
 from loadreport.schedule import LoadSchedule
+from loadreport.schema import Step
 from loadreport.settings import Settings
-from loadreport.summary import summarize_run
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Run:
     greenlets: list[gevent.Greenlet] = field(default_factory=list)
     num_workers: int = 1  # worker processes that took part (1: a local run)
     in_flight: dict[int, float] = field(default_factory=dict)  # this process's requests streaming: id -> sent at
-    final_steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # step index -> its line's summary
+    final_steps: dict[int, Step] = field(default_factory=dict)  # step index -> its line's summary
     _request_ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def keep(self, record: RequestRecord, walls: list[float]) -> None:
@@ -102,8 +102,8 @@ class Run:
         if self.stopper.reason:
             sys.stderr.write(f"zerogap loadtest: the run stopped early; its folder: {self.run_dir}\n")
             return
-        for step in summary["steps"]:  # the steps whose line has not been printed yet (the last one, at least)
-            if step["index"] not in self.final_steps:
+        for step in summary.steps:  # the steps whose line has not been printed yet (the last one, at least)
+            if step.index not in self.final_steps:
                 print(progress_line(step, len(self.plan.steps)), flush=True)
-        print(table(summary), flush=True)
+        print(table(summary.to_json()), flush=True)
         print(f"zerogap report: {report_html}", flush=True)

@@ -25,6 +25,7 @@ from locust.env import Environment
 
 from loadreport.record import Recorder
 from loadreport.schedule import LoadSchedule
+from loadreport.schema import Step
 from loadreport.settings import Settings
 from loadreport.summary import summarize_step
 from loadreport.timeline import Sample
@@ -45,28 +46,25 @@ COLUMNS = (
 NOT_COLLECTED = "not collected"
 
 
-def _pct(step: dict[str, Any], key: str, pct: str) -> float | str | None:
-    if key in (step.get("not_collected") or {}):
+def _cell(step: Step, name: str, value: float | None) -> float | str | None:
+    """A figure's cell: "not collected" where settings.json turned it off, else rounded to 0.1."""
+    if name in step.not_collected:
         return NOT_COLLECTED
-    figures = step.get(key)
-    value = figures.get(pct) if figures else None
-    return None if value is None else round(float(value), 1)
+    return None if value is None else round(value, 1)
 
 
-def row(step: dict[str, Any], num_steps: int, measured: bool) -> dict[str, Any]:
-    """One step's summary (summarize_step's dict) as a row of the tab."""
-    skipped = step.get("not_collected") or {}
-    gpu = step.get("gpu_util")
-    index = step["index"]
+def row(step: Step, num_steps: int, measured: bool) -> dict[str, Any]:
+    """One step's summary (summarize_step's Step) as a row of the tab."""
+    ttft, tpot, gpu = step.ttft_ms, step.tpot_ms, step.gpu_util
     return {
-        "step": "warm-up" if index < 0 else f"{index + 1}/{num_steps}",
-        "users": step["users"],
-        "output_tps": NOT_COLLECTED if "output_tps" in skipped else round(step["output_tps"] or 0.0, 1),
-        "ttft_p50_ms": _pct(step, "ttft_ms", "p50"),
-        "ttft_p99_ms": _pct(step, "ttft_ms", "p99"),
-        "tpot_p50_ms": _pct(step, "tpot_ms", "p50"),
-        "gpu_util": NOT_COLLECTED if "gpu_util" in skipped else (None if gpu is None else round(gpu["mean"], 1)),
-        "failures": step["requests_failed"],
+        "step": "warm-up" if step.index < 0 else f"{step.index + 1}/{num_steps}",
+        "users": step.users,
+        "output_tps": _cell(step, "output_tps", step.output_tps or 0.0),
+        "ttft_p50_ms": _cell(step, "ttft_ms", None if ttft is None else ttft.p50),
+        "ttft_p99_ms": _cell(step, "ttft_ms", None if ttft is None else ttft.p99),
+        "tpot_p50_ms": _cell(step, "tpot_ms", None if tpot is None else tpot.p50),
+        "gpu_util": _cell(step, "gpu_util", None if gpu is None else gpu.mean),
+        "failures": step.requests_failed,
         "measured": "measured" if measured else "so far",
     }
 
@@ -109,7 +107,7 @@ def live_rows(
     run_start: float,
     recorder: Recorder,
     samples: list[Sample],
-    final: Mapping[int, dict[str, Any]] | None = None,
+    final: Mapping[int, Step] | None = None,
 ) -> list[dict[str, Any]]:
     """Each phase begun: over its measured window once that began, else over the phase so far; a step
     whose final line was printed shows that line's figures (final: index -> step)."""

@@ -7,48 +7,70 @@ from typing import Any
 
 from loadreport.collect import not_collected
 from loadreport.diagnosis import headline
+from loadreport.diagnosis_reading import p50
 from loadreport.schedule import LoadSchedule, Phase
+from loadreport.schema import Step
 from loadreport.settings import Settings
 
 
-def _ms(figures: dict[str, Any], key: str = "p50") -> str:
-    value = figures.get(key) if figures else None
+def _number_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _ms(figures: dict[str, Any] | None, key: str = "p50") -> str:
+    return _number_ms(figures.get(key) if figures else None)
+
+
+def _load_words(request_rate: float | None, concurrency: float | None) -> str:
+    return f"{request_rate:g} req/s" if request_rate is not None else f"{concurrency:g} users"
+
+
 def load_text(step: dict[str, Any]) -> str:
-    if "request_rate" in step:
-        return f"{step['request_rate']:g} req/s"
-    return f"{step['concurrency']:g} users"
+    """A step's load as report.json says it: "128 users" (closed loop) or "4 req/s" (open loop)."""
+    return _load_words(step.get("request_rate"), step.get("concurrency"))
+
+
+def _gpu_text(mean_pct: float | None) -> str:
+    return "-" if mean_pct is None else f"{mean_pct:.0f}%"
+
+
+def _tps_text(tps: float | None) -> str:
+    return "-" if tps is None else f"{tps:,.0f}"
+
+
+def _hit_text(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.0f}%"
 
 
 def _gpu(step: dict[str, Any]) -> str:
     gpu = step.get("gpu_util")
-    return "-" if gpu is None else f"{gpu['mean']:.0f}%"
+    return _gpu_text(None if gpu is None else gpu["mean"])
 
 
 def _tps(step: dict[str, Any], key: str = "output_tps") -> str:
-    return "-" if step.get(key) is None else f"{step[key]:,.0f}"
+    return _tps_text(step.get(key))
 
 
 def _hit(step: dict[str, Any]) -> str:
-    rate = step.get("prefix_cache_hit_rate")
-    return "-" if rate is None else f"{rate * 100:.0f}%"
+    return _hit_text(step.get("prefix_cache_hit_rate"))
 
 
-def progress_line(step: dict[str, Any], num_steps: int) -> str:
+def progress_line(step: Step, num_steps: int) -> str:
     """One line per step; a figure settings.json does not collect is left out."""
-    flag = "" if step["valid"] else f"  INVALID: {step['invalid_reason']}"
-    skip = step.get("not_collected") or {}
-    parts = [f"output {_tps(step)} tok/s" if "output_tps" not in skip else "", f"{step['rps']:.2f} req/s"]
-    parts += [f"TTFT p50 {_ms(step['ttft_ms'])} ms" if "ttft_ms" not in skip else ""]
-    parts += [f"TPOT p50 {_ms(step['tpot_ms'])} ms" if "tpot_ms" not in skip else ""]
-    parts += [f"GPU {_gpu(step)}" if "gpu_util" not in skip else ""]
-    parts += [f"prefix-cache hits {_hit(step)}" if step.get("prefix_cache_hit_rate") is not None else ""]
-    retries = f", {step['retries']} retried" if step.get("retries") else ""
-    parts += [f"ok {step['requests_ok']} failed {step['requests_failed']}{retries}"]
+    flag = "" if step.valid else f"  INVALID: {step.invalid_reason}"
+    skip, hits = step.not_collected, step.prefix_cache_hit_rate
+    gpu = None if step.gpu_util is None else step.gpu_util.mean
+    parts = [f"output {_tps_text(step.output_tps)} tok/s" if "output_tps" not in skip else "", f"{step.rps:.2f} req/s"]
+    parts += [f"TTFT p50 {_number_ms(p50(step.ttft_ms))} ms" if "ttft_ms" not in skip else ""]
+    parts += [f"TPOT p50 {_number_ms(p50(step.tpot_ms))} ms" if "tpot_ms" not in skip else ""]
+    parts += [f"GPU {_gpu_text(gpu)}" if "gpu_util" not in skip else ""]
+    parts += [f"prefix-cache hits {_hit_text(hits)}" if hits is not None else ""]
+    retries = f", {step.retries} retried" if step.retries else ""
+    parts += [f"ok {step.requests_ok} failed {step.requests_failed}{retries}"]
     figures = ", ".join(part for part in parts if part)
-    return f"zerogap step {step['index'] + 1}/{num_steps} {load_text(step)}: {figures}{flag}"
+    return (
+        f"zerogap step {step.index + 1}/{num_steps} {_load_words(step.request_rate, step.concurrency)}: {figures}{flag}"
+    )
 
 
 @dataclass(frozen=True)

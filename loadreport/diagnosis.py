@@ -1,7 +1,8 @@
 """Why TPS stops growing: one entry per step, read from the step's own figures.
 
 Pure (no I/O): the input is report.json's steps (typed Steps, each with its `backend` signals
-from the timeline), the output is report.json's `diagnosis` list. The first rule that holds
+from the timeline), the output is report.json's `diagnosis` list (diagnose_steps: typed Diagnosis
+entries; diagnose: the same from steps read from a file). The first rule that holds
 names the step's limit (one of loadreport.schema.LIMITS); `evidence` cites the figures it read,
 `advice` the config.toml / settings.json change to try. Thresholds are module constants.
 """
@@ -243,9 +244,11 @@ def diagnose_steps(steps: Sequence[Step]) -> list[Diagnosis]:
 
 
 def diagnose(steps: Sequence[Step | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """report.json's `diagnosis` from its `steps` (typed, or as read from the file): one entry per step.
-    Steps whose figures do not match the schema (a zerogap bug: the harness still writes the run) get
-    one entry each that says so, instead of no report."""
+    """report.json's `diagnosis` from steps as a reader holds them: read from a report.json (dicts,
+    typed here by as_step) or partial ones (`zerogap tune --virtual`). One entry per step, as the file
+    holds it. Steps whose figures do not match the schema (a file edited by hand, or written by a
+    zerogap with a bug) get one entry each that says so, instead of no diagnosis. Code that holds
+    typed Steps (the harness: loadreport/run_summary.py) calls diagnose_steps."""
     try:
         typed = [as_step(step) for step in steps]
     except ValidationError as exc:

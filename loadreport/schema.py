@@ -1,13 +1,19 @@
-"""report.json as typed models: the contract other tools read. The harness validates every report
-against them before it writes it (a key added in one place and not here fails the run's tests,
-not a reader's script). loadtest/report.schema.json is RunReport's JSON Schema, published in
-loadtest/README.md (a test keeps it current). Unknown keys are refused: the schema lists every
-field there is."""
+"""report.json as typed models: the contract other tools read. loadtest/report.schema.json is
+RunReport's JSON Schema, published in loadtest/README.md (a test keeps it current). Unknown keys
+are refused: the schema lists every field there is.
+
+The harness builds each Step (loadreport/summary.py) and the whole RunReport (loadreport/report.py)
+with `model_validate(..., strict=True)`: a figure of the wrong type (a str where a number goes, a
+float where an int goes) raises pydantic.ValidationError where it is built. That is zerogap's own
+bug, caught by its tests, not a report.json with a wrong figure in it. Readers of a report.json
+from disk validate leniently (JSON numbers, older reports: loadreport/diagnosis_reading.as_step).
+report.json holds the fields that were set (`to_json`): a figure the run does not have (the
+request rate of a closed-loop step, the reasons of figures that were collected) is absent, not null."""
 
 from __future__ import annotations
 
 import json
-from typing import Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +34,15 @@ LIMITS: tuple[Limit, ...] = get_args(Limit)  # the diagnosis's limit names, in o
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def build(cls, **figures: Any) -> Self:
+        """The model from figures zerogap computed, strictly typed: a wrong type raises ValidationError."""
+        return cls.model_validate(figures, strict=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The model as report.json holds it: the fields that were set, as JSON values."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class Latency(_Model):
@@ -55,7 +70,7 @@ class Backend(_Model):
     kv_cache_usage_mean: float | None
     kv_cache_usage_max: float | None
     preemptions: float | None
-    max_num_seqs: float | None
+    max_num_seqs: int | None = Field(description="the engines' summed cap of running requests")
     num_samples: int | None = None  # the scrapes that read the engines in the window
     gateway_inflight_mean: float | None = Field(
         None, description="requests zerogap's gateway had in flight at the engines (zerogap_backend_inflight)"
@@ -101,6 +116,11 @@ class Step(_Model):
     not_collected: dict[str, str] = Field(description="figure -> why it is null (settings.json turned it off)")
     tpot_ms_reason: str | None = None
     itl_ms_reason: str | None = None
+
+    @property
+    def load(self) -> float | None:
+        """The step's load: users (closed loop) or requests/s (open loop)."""
+        return self.concurrency if self.concurrency is not None else self.request_rate
 
 
 class Knee(_Model):

@@ -1,52 +1,60 @@
-"""Per-step figures from the records and the timeline: the report.json contract.
+"""One step's figures from the records and the timeline: report.json's typed Step.
 
 Each step is measured over its window (its last measure_last_seconds). TPS counts
 the tokens that arrived in the window; latency figures come from the requests that
 ended in it. A step is marked valid: false when its load generator saturated, or when
 requests sent in the previous step end inside its window (the window starts less than
 one request's duration into the step).
+
+The Step is built strictly (Step.build): a figure of the wrong type raises
+pydantic.ValidationError here, where the bug is, not in a reader of report.json.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
-from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from loadreport.collect import leave_out, p50
-from loadreport.diagnosis import diagnose
+from loadreport.collect import leave_out
+from loadreport.engine_figures import engine_figures, mean
 from loadreport.histogram import Histogram
 from loadreport.record import INTERRUPTED, Recorder, RequestRecord
 from loadreport.schedule import LoadSchedule, Phase
+from loadreport.schema import Step
 from loadreport.settings import Settings, SloSection
 from loadreport.timeline import Sample
 
-KNEE_GROWTH = 0.10
+COMPLETE_SLACK_S = 0.5  # a step that ran to within this of its end counts as complete
 
 
-def _mean_min(values: list[float]) -> dict[str, float] | None:
-    if not values:
+@dataclass(frozen=True)
+class Window:
+    """A step's measured window [start, end) on the wall clock, and the requests that ended in it
+    (interrupted ones left out: the run's stop cut them, not the server)."""
+
+    start: float
+    end: float
+    ended: list[RequestRecord]
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    @cached_property
+    def ok(self) -> list[RequestRecord]:
+        return [r for r in self.ended if r.ok]
+
+
+def measured_window(phase: Phase, run_start: float, run_end: float, recorder: Recorder) -> Window | None:
+    """The phase's measured window so far (None: it has not begun)."""
+    start = run_start + phase.measure_start_s
+    end = min(run_start + phase.end_s, run_end)
+    if end - start <= 0:
         return None
-    return {"mean": round(sum(values) / len(values), 2), "min": round(min(values), 2)}
-
-
-def _mean(values: list[float | None]) -> float | None:
-    found = [v for v in values if v is not None]
-    return round(sum(found) / len(found), 3) if found else None
-
-
-def _latencies(records: list[RequestRecord]) -> dict[str, Histogram]:
-    hists = {name: Histogram() for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
-    for record in records:
-        if record.ttft_s is not None:
-            hists["ttft_ms"].add_ms(record.ttft_s * 1000)
-        tpot = record.tpot_s
-        if tpot is not None:
-            hists["tpot_ms"].add_ms(tpot * 1000)
-        hists["itl_ms"].merge(record.itl)
-        hists["e2e_ms"].add_ms(record.e2e_s * 1000)
-    return hists
+    ended = [r for r in recorder.records if start <= r.end < end and r.error_kind != INTERRUPTED]
+    return Window(start, end, ended)
 
 
 def meets_slo(record: RequestRecord, slo: SloSection) -> bool:
@@ -63,15 +71,57 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 6)
 
 
-def _gpu(samples: list[Sample]) -> tuple[dict[str, float] | None, str | None]:
-    values = [s.gpu_util for s in samples if s.gpu_util is not None]
+def _requests(window: Window, slo: SloSection) -> dict[str, Any]:
+    """What the requests that ended in the window say: counts, rates, goodput, token counts."""
+    ok, duration = window.ok, window.duration_s
+    failed = Counter(r.error_kind for r in window.ended if not r.ok)
+    return {
+        "requests_ok": len(ok),
+        "requests_failed": sum(failed.values()),
+        "retries": sum(r.retries for r in window.ended),
+        "errors": dict(failed),
+        "rps": round(len(ok) / duration, 3),
+        "goodput_rps": round(sum(1 for r in ok if meets_slo(r, slo)) / duration, 3),
+        "token_count_source": "usage" if ok and all(r.token_source == "usage" for r in ok) else "chunks",
+        "input_tokens_mean": mean([float(r.prompt_tokens) for r in ok]),
+        "output_tokens_mean": mean([float(r.output_tokens) for r in ok]),
+    }
+
+
+def _tokens(window: Window, recorder: Recorder) -> dict[str, Any]:
+    """TPS: the tokens that arrived in the window, whenever their request ended."""
+    output = recorder.tokens_between(window.start, window.end)
+    prompt = recorder.tokens_between(window.start, window.end, prompt=True)
+    return {
+        "output_tps": round(output / window.duration_s, 2),
+        "total_tps": round((output + prompt) / window.duration_s, 2),
+    }
+
+
+def _latencies(ok: list[RequestRecord]) -> dict[str, Any]:
+    hists = {name: Histogram() for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
+    for record in ok:
+        if record.ttft_s is not None:
+            hists["ttft_ms"].add_ms(record.ttft_s * 1000)
+        tpot = record.tpot_s
+        if tpot is not None:
+            hists["tpot_ms"].add_ms(tpot * 1000)
+        hists["itl_ms"].merge(record.itl)
+        hists["e2e_ms"].add_ms(record.e2e_s * 1000)
+    return {name: hist.summary() for name, hist in hists.items()}
+
+
+def _gpu(samples: list[Sample], window: Window) -> dict[str, Any]:
+    inside = [s for s in samples if window.start <= s.wall < window.end]
+    values = [s.gpu_util for s in inside if s.gpu_util is not None]
     if values:
-        return _mean_min(values), None
-    reasons = [s.gpu_util_reason for s in samples if s.gpu_util_reason]
-    return None, (reasons[-1] if reasons else "no sample in the measured window")
+        gpu = {"mean": round(sum(values) / len(values), 2), "min": round(min(values), 2)}
+        return {"gpu_util": gpu, "gpu_util_reason": None}
+    reasons = [s.gpu_util_reason for s in inside if s.gpu_util_reason]
+    return {"gpu_util": None, "gpu_util_reason": reasons[-1] if reasons else "no sample in the measured window"}
 
 
-def _validity(settings: Settings, cpu: float | None, lag: Histogram, open_loop: bool) -> list[str]:
+def _saturation(settings: Settings, cpu: float | None, lag: Histogram, open_loop: bool) -> list[str]:
     """Why the load generator's figures cannot be trusted (empty: they can)."""
     reasons = []
     limit = settings.metrics.saturation_cpu_percent
@@ -106,6 +156,26 @@ def _edge_leak(plan: LoadSchedule, phase: Phase, run_start: float, ended: list[R
     )
 
 
+def _load_generator(
+    settings: Settings, plan: LoadSchedule, phase: Phase, run_start: float, recorder: Recorder, window: Window
+) -> dict[str, Any]:
+    """The load generator's own figures, and whether they let the step's figures be trusted."""
+    lag = Histogram()
+    lag.add_many_ms(r.send_lag_s * 1000 for r in window.ended if r.send_lag_s is not None)
+    busiest_cpu = recorder.busiest_cpu_between(window.start, window.end)
+    cpu = None if busiest_cpu is None else round(busiest_cpu, 1)
+    reasons = _saturation(settings, cpu, lag, plan.open_loop)
+    leak = _edge_leak(plan, phase, run_start, window.ended)
+    if leak is not None:
+        reasons.append(leak)
+    return {
+        "valid": not reasons,
+        "invalid_reason": "; ".join(reasons) or None,
+        "loadgen_cpu_percent": cpu,
+        "send_lag_ms": lag.summary() if plan.open_loop else None,
+    }
+
+
 def summarize_step(
     settings: Settings,
     plan: LoadSchedule,
@@ -114,136 +184,24 @@ def summarize_step(
     run_end: float,
     recorder: Recorder,
     samples: list[Sample],
-) -> dict[str, Any] | None:
-    start = run_start + phase.measure_start_s
-    end = min(run_start + phase.end_s, run_end)
-    if end - start <= 0:
+) -> Step | None:
+    """The phase's figures over its measured window (up to run_end), None when the window has not begun."""
+    window = measured_window(phase, run_start, run_end, recorder)
+    if window is None:
         return None
-    duration = end - start
-    ended = [r for r in recorder.records if start <= r.end < end and r.error_kind != INTERRUPTED]
-    ok = [r for r in ended if r.ok]
-    failed = Counter(r.error_kind for r in ended if not r.ok)
-    hists = _latencies(ok)
-    lag = Histogram()
-    lag.add_many_ms(r.send_lag_s * 1000 for r in ended if r.send_lag_s is not None)
-    output = recorder.tokens_between(start, end)
-    prompt = recorder.tokens_between(start, end, prompt=True)
-    good = [r for r in ok if meets_slo(r, settings.slo)]
-    inside = [s for s in samples if start <= s.wall < end]
-    gpu, gpu_reason = _gpu(inside)
-    busiest_cpu = recorder.busiest_cpu_between(start, end)
-    cpu = None if busiest_cpu is None else round(busiest_cpu, 1)
-    reasons = _validity(settings, cpu, lag, plan.open_loop)
-    leak = _edge_leak(plan, phase, run_start, ended)
-    if leak is not None:
-        reasons.append(leak)
-    interval = _mean([s.token_interval_ms for s in inside])  # the GPU's gap between forwards
-    cpu_interval = _mean([s.cpu_interval_ms for s in inside])  # the CPU work per step
-    step: dict[str, Any] = {"index": phase.index}
-    step["request_rate" if plan.open_loop else "concurrency"] = phase.load
-    step.update(
-        users=plan.users_for(phase),
-        start_s=round(phase.start_s, 3),
-        end_s=round(phase.end_s, 3),
-        duration_s=round(duration, 3),
-        complete=run_start + phase.end_s <= run_end + 0.5,
-        requests_ok=len(ok),
-        requests_failed=sum(failed.values()),
-        retries=sum(r.retries for r in ended),
-        errors=dict(failed),
-        output_tps=round(output / duration, 2),
-        total_tps=round((output + prompt) / duration, 2),
-        rps=round(len(ok) / duration, 3),
-        **{name: hist.summary() for name, hist in hists.items()},
-        gpu_util=gpu,
-        gpu_util_reason=gpu_reason,
-        goodput_rps=round(len(good) / duration, 3),
-        valid=not reasons,
-        invalid_reason="; ".join(reasons) or None,
-        token_count_source="usage" if ok and all(r.token_source == "usage" for r in ok) else "chunks",
-        input_tokens_mean=_mean([float(r.prompt_tokens) for r in ok]),
-        output_tokens_mean=_mean([float(r.output_tokens) for r in ok]),
-        loadgen_cpu_percent=cpu,
-        send_lag_ms=lag.summary() if plan.open_loop else None,
-        token_interval_ms=interval,
-        cpu_interval_ms=cpu_interval,
-        backend=_backend(inside),
-        prefix_cache_hit_rate=prefix_hit_rate(samples, start, end),
-    )
-    return leave_out(settings, step)
-
-
-def prefix_hit_rate(samples: list[Sample], start: float, end: float) -> float | None:
-    """The engines' prefix-cache hit rate in [start, end): the growth of
-    vllm:prefix_cache_hits_total over that of vllm:prefix_cache_queries_total, from the last
-    sample before the window to the last one inside it (None without both counters)."""
-    before = [s for s in samples if s.wall < start and s.prefix_cache_queries is not None]
-    inside = [s for s in samples if start <= s.wall < end and s.prefix_cache_queries is not None]
-    if not inside or (not before and len(inside) < 2):
-        return None
-    first = before[-1] if before else inside[0]
-    last = inside[-1]
-    queries = (last.prefix_cache_queries or 0.0) - (first.prefix_cache_queries or 0.0)
-    hits = (last.prefix_cache_hits or 0.0) - (first.prefix_cache_hits or 0.0)
-    return round(hits / queries, 4) if queries > 0 else None
-
-
-def _max(values: list[float | None]) -> float | None:
-    found = [v for v in values if v is not None]
-    return round(max(found), 3) if found else None
-
-
-def _backend(inside: list[Sample]) -> dict[str, Any]:
-    """The engines' signals over the window, for the diagnosis."""
-    preempted = [s.preemptions_total for s in inside if s.preemptions_total is not None]
-    caps = [s.max_num_seqs for s in inside if s.max_num_seqs is not None]
-    return {
-        "running_mean": _mean([s.running for s in inside]),
-        "running_max": _max([s.running for s in inside]),
-        "waiting_mean": _mean([s.waiting for s in inside]),
-        "kv_cache_usage_mean": _mean([s.kv_cache_usage for s in inside]),
-        "kv_cache_usage_max": _max([s.kv_cache_usage for s in inside]),
-        "preemptions": preempted[-1] - preempted[0] if len(preempted) > 1 else None,
-        "max_num_seqs": caps[-1] if caps else None,
-        "num_samples": sum(1 for s in inside if s.running is not None),
-        "gateway_inflight_mean": _mean([s.gateway_inflight for s in inside]),
+    figures = {
+        "index": phase.index,
+        ("request_rate" if plan.open_loop else "concurrency"): phase.load,
+        "users": plan.users_for(phase),
+        "start_s": round(phase.start_s, 3),
+        "end_s": round(phase.end_s, 3),
+        "duration_s": round(window.duration_s, 3),
+        "complete": run_start + phase.end_s <= run_end + COMPLETE_SLACK_S,
+        **_requests(window, settings.slo),
+        **_tokens(window, recorder),
+        **_latencies(window.ok),
+        **_gpu(samples, window),
+        **_load_generator(settings, plan, phase, run_start, recorder, window),
+        **engine_figures(samples, window.start, window.end),
     }
-
-
-def find_knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The step after which TPS grows less than 10% while latency grows."""
-    for here, after in itertools.pairwise(steps):
-        if not here["output_tps"] or after["output_tps"] is None:
-            continue
-        growth = after["output_tps"] / here["output_tps"] - 1.0
-        latency_here = (p50(here, "tpot_ms") or 0.0) + (p50(here, "ttft_ms") or p50(here, "e2e_ms") or 0.0)
-        latency_after = (p50(after, "tpot_ms") or 0.0) + (p50(after, "ttft_ms") or p50(after, "e2e_ms") or 0.0)
-        if growth < KNEE_GROWTH and latency_after > latency_here:
-            load = here.get("concurrency", here.get("request_rate"))
-            return {
-                "step": here["index"],
-                "load": load,
-                "tps_growth_to_next": round(growth, 4),
-                "text": f"TPS grows {growth * 100:.1f}% after {load} while latency grows: more load only queues",
-            }
-    return None
-
-
-def summarize_run(
-    settings: Settings,
-    plan: LoadSchedule,
-    run_start: float,
-    run_end: float,
-    recorder: Recorder,
-    samples: list[Sample],
-    final: Mapping[int, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """final: steps already summarized (index -> step), used as they are: the figures their console
-    line printed are the report's."""
-    final = final or {}
-    summaries = (
-        final.get(phase.index) or summarize_step(settings, plan, phase, run_start, run_end, recorder, samples)
-        for phase in plan.steps
-    )
-    steps = [step for step in summaries if step is not None]
-    return {"steps": steps, "knee": find_knee(steps), "diagnosis": diagnose(steps)}
+    return Step.build(**leave_out(settings, figures))

@@ -44,14 +44,14 @@ def recorder_of(requests: list[tuple[int, bool, float | None, float, int]]) -> R
 def test_goodput_counts_only_requests_within_both_slos() -> None:
     plan = LoadSchedule.from_settings(SETTINGS.load_test)
     step = summarize_step(SETTINGS, plan, plan.steps[0], START, START + plan.total_s, recorder_of(REQUESTS), [])
-    assert step is not None and step["duration_s"] == 5.0
-    assert step["requests_ok"] == NUM_OK and step["requests_failed"] == 2
-    assert step["rps"] == NUM_OK / 5.0
-    assert step["goodput_rps"] == NUM_GOOD / 5.0  # 6 of the 11 successful requests
+    assert step is not None and step.duration_s == 5.0
+    assert step.requests_ok == NUM_OK and step.requests_failed == 2
+    assert step.rps == NUM_OK / 5.0
+    assert step.goodput_rps == NUM_GOOD / 5.0  # 6 of the 11 successful requests
 
 
 def test_goodput_edge_is_inclusive() -> None:
     """The requests exactly at both SLOs alone: every one of them counts."""
     plan = LoadSchedule.from_settings(SETTINGS.load_test)
     step = summarize_step(SETTINGS, plan, plan.steps[0], START, START + plan.total_s, recorder_of(REQUESTS[1:2]), [])
-    assert step is not None and step["goodput_rps"] == step["rps"] == 2 / 5.0
+    assert step is not None and step.goodput_rps == step.rps == 2 / 5.0

@@ -15,11 +15,12 @@ from loadreport.console import HEADER, table
 from loadreport.record import Recorder, RequestRecord
 from loadreport.report import render_run, write_run
 from loadreport.report_cli import main as report_main
+from loadreport.run_summary import find_knee, summarize_run
 from loadreport.schedule import LoadSchedule
-from loadreport.schema import RunReport, json_schema
+from loadreport.schema import RunReport, Step, json_schema
 from loadreport.settings import parse_settings
-from loadreport.summary import find_knee, summarize_run
 from loadreport.timeline import Sample
+from tests.loadtest.diagnosis_steps import step as typed_step
 from tests.support import REPO, zerogap_cmd
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -104,9 +105,9 @@ def test_saturated_load_generator_invalidates_the_step(tmp_path: Path) -> None:
     plan = LoadSchedule.from_settings(parse_settings('{"load_test": {"steps": [1], "warmup_seconds": 0}}').load_test)
     recorder = Recorder()
     recorder.add_cpu("host:1", START + 100, 99.0)
-    step = summarize_run(settings, plan, START, START + plan.total_s, recorder, [])["steps"][0]
-    assert step["valid"] is False and "CPU 99%" in step["invalid_reason"]
-    assert step["gpu_util"] is None and step["gpu_util_reason"]
+    step = summarize_run(settings, plan, START, START + plan.total_s, recorder, []).steps[0]
+    assert step.valid is False and step.invalid_reason is not None and "CPU 99%" in step.invalid_reason
+    assert step.gpu_util is None and step.gpu_util_reason
 
 
 @pytest.mark.parametrize(("measure_last_s", "leaks"), [(8.5, True), (7.5, False)])
@@ -125,24 +126,28 @@ def test_a_window_that_starts_within_a_request_of_the_step_start_is_invalid(meas
         while sent + 2.0 <= START + plan.total_s:
             recorder.add(RequestRecord(sent, sent + 2.0, True, "", 0.1, 2.0, 10, 50, "usage", None), [sent + 2.0])
             sent += 2.0
-    first, second = summarize_run(settings, plan, START, START + plan.total_s, recorder, [])["steps"]
-    assert first["valid"] is True  # nothing ran before it
-    assert second["valid"] is not leaks
+    first, second = summarize_run(settings, plan, START, START + plan.total_s, recorder, []).steps
+    assert first.valid is True  # nothing ran before it
+    assert second.valid is not leaks
     if leaks:
-        assert "window shorter than a request" in second["invalid_reason"]
-        assert "2 of the" in second["invalid_reason"]  # the two first-step users' requests in flight at 10 s
+        assert second.invalid_reason is not None and "window shorter than a request" in second.invalid_reason
+        assert "2 of the" in second.invalid_reason  # the two first-step users' requests in flight at 10 s
     else:
-        assert second["invalid_reason"] is None
+        assert second.invalid_reason is None
 
 
 def test_knee_is_the_step_after_which_tps_stalls_while_latency_grows() -> None:
-    def step(index: int, load: int, tps: float, tpot: float) -> dict[str, object]:
-        return {"index": index, "concurrency": load, "output_tps": tps,
-                "tpot_ms": {"p50": tpot}, "ttft_ms": {"p50": 10.0}}  # fmt: skip
+    def step(index: int, load: int, tps: float, tpot: float) -> Step:
+        return typed_step(users=load, tps=tps, tpot_p50=tpot, ttft_p50=10.0, index=index)
 
     knee = find_knee([step(0, 32, 1000, 10), step(1, 128, 3000, 12), step(2, 256, 3100, 25)])
-    assert knee is not None and knee["load"] == 128 and knee["step"] == 1
+    assert knee is not None and knee.load == 128 and knee.step == 1
+    assert knee.text == "TPS grows 3.3% after 128.0 while latency grows: more load only queues"
     assert find_knee([step(0, 32, 1000, 10), step(1, 128, 3000, 12)]) is None
+    # the threshold: TPS growing just under 10% to the next step is the knee, 10% is not
+    assert find_knee([step(0, 32, 1000, 10), step(1, 64, 1099, 12)]) is not None
+    assert find_knee([step(0, 32, 1000, 10), step(1, 64, 1100, 12)]) is None
+    assert find_knee([step(0, 32, 1000, 10), step(1, 64, 1000, 10)]) is None  # latency holds: no knee
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loadreport.summary import prefix_hit_rate
+from loadreport.engine_figures import prefix_hit_rate
 from loadreport.timeline import Sample
 from loadtest import SettingsError, Workload, parse_settings
 
