@@ -42,23 +42,11 @@ def wait_until(pred, timeout_s: float) -> bool:
     return False
 
 
-def serving(gw: GatewayProcess, num_workers: int = 2) -> bool:
-    """num_workers workers, each listening on the port (the port answers once the first one listens)."""
-    pids = gw.worker_pids()
-    try:
-        sockets = [psutil.Process(pid).net_connections() for pid in pids]
-    except psutil.NoSuchProcess:  # one just exited
-        return False
-    listening = [any(c.status == psutil.CONN_LISTEN and c.laddr.port == gw.port for c in s) for s in sockets]
-    return len(pids) == num_workers and all(listening)
-
-
 def test_two_workers_share_a_port_sum_metrics_restart_and_stop(tmp_path: Path) -> None:
     port = free_port()
     with UpstreamServer(model="m") as up:
         gw = GatewayProcess(write_config(tmp_path / "config.toml", port, up.url, {}), port, workers=2).start()
         try:
-            assert wait_until(lambda: serving(gw), 60)
             first = gw.worker_pids()
             assert len(first) == 2
             # Fresh connections: SO_REUSEPORT spreads them over both workers.
@@ -70,7 +58,7 @@ def test_two_workers_share_a_port_sum_metrics_restart_and_stop(tmp_path: Path) -
                 assert metric_sum(text, "zerogap_backend_up", backend="b0") == 1
 
             psutil.Process(first[0]).kill()
-            assert wait_until(lambda: serving(gw) and first[0] not in gw.worker_pids(), 60)
+            assert wait_until(lambda: gw.serving() and first[0] not in gw.worker_pids(), 60)
             assert chat(gw.url, UNIFIED)[0] == 200
             _, text = call(gw.url + "/metrics")
             assert metric_sum(text, "zerogap_requests_total", status="200") >= NUM_REQUESTS + 1  # kept the dead one's
@@ -90,7 +78,6 @@ def test_workers_share_one_rate_limit_budget_without_redis(tmp_path: Path) -> No
         key = store.create("limited", rpm=10)
         store.close()
         with GatewayProcess(config, port, workers=2) as gw:
-            assert wait_until(lambda: serving(gw), 60)
             start = time.monotonic()
             statuses = [chat(gw.url, key)[0] for _ in range(20)]  # fresh connections: both workers
             elapsed_s = time.monotonic() - start
@@ -119,7 +106,6 @@ async def test_workers_share_one_max_concurrency_without_redis(tmp_path: Path) -
         config = write_config(tmp_path / "config.toml", port, up.url, {"concurrency_lease_s": 1.0})
         key = new_key(tmp_path, "pool", 4)
         with GatewayProcess(config, port, workers=2) as gw:
-            assert wait_until(lambda: serving(gw), 60)
             check_split(await streams([gw.url] * 12, key, up), 4)
             up.behavior.stall_after_tokens = 2  # from now on a stream ends only when its client leaves
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
@@ -135,7 +121,7 @@ async def test_workers_share_one_max_concurrency_without_redis(tmp_path: Path) -
                 old = gw.worker_pids()
                 for pid in old:
                     psutil.Process(pid).kill()
-                assert wait_until(lambda: serving(gw) and not set(old) & set(gw.worker_pids()), 60)
+                assert wait_until(lambda: gw.serving() and not set(old) & set(gw.worker_pids()), 60)
                 for resp in held:
                     resp.close()
             up.behavior.stall_after_tokens = None
