@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from backends.tiny_model.tokenizer import write_tokenizer
-from backends.tiny_model.weights import write_weights
+from backends.tiny_model.weights import HEAVY, TINY, Shape, write_weights
+
+__all__ = ["FILES", "HEAVY", "TINY", "Shape", "build_tiny_model"]
 
 FILES = (
     "config.json",
@@ -20,10 +22,10 @@ FILES = (
 )
 
 
-def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: Path, seed: int = 0, shape: Shape = TINY) -> Path:
     """Write every file of the model into out_dir (created if missing); same seed, same bytes."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_weights(out_dir, seed)
+    write_weights(out_dir, seed, shape)
     write_tokenizer(out_dir, seed)
     return out_dir
 

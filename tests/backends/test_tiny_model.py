@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from backends.tiny_model import FILES, build_tiny_model, main
-from backends.tiny_model.weights import tensor_shapes
+from backends.tiny_model import FILES, HEAVY, build_tiny_model, main
+from backends.tiny_model.weights import model_config, tensor_shapes
 from tests.support import zerogap_cmd
 
 
@@ -25,6 +26,18 @@ def test_files_are_a_llama_vllm_can_load(tmp_path) -> None:
     assert {name: t.shape for name, t in tensors.items()} == tensor_shapes()
     assert all(str(t.dtype) == "float32" for t in tensors.values())
     assert tensors["model.embed_tokens.weight"].shape == (config["vocab_size"], config["hidden_size"])
+
+
+def test_the_heavy_shape_is_a_consistent_llama_of_about_100m_parameters() -> None:
+    """The HEAVY shape (tests whose premise is an engine-bound vLLM): its config and its tensors
+    agree, and its size is what makes a CPU step cost tens of milliseconds (not built here: 400 MB)."""
+    config, shapes = model_config(HEAVY), tensor_shapes(HEAVY)
+    assert config["hidden_size"] == config["num_attention_heads"] * config["head_dim"] == 1024
+    assert config["num_hidden_layers"] == 8
+    assert shapes["model.layers.7.mlp.down_proj.weight"] == (1024, config["intermediate_size"])
+    assert "model.layers.8.mlp.down_proj.weight" not in shapes
+    num_params = sum(math.prod(dims) for dims in shapes.values())
+    assert 90e6 < num_params < 110e6, num_params
 
 
 def test_tokenizer_round_trips_and_matches_the_config(tmp_path) -> None:
