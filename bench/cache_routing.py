@@ -38,6 +38,7 @@ import aiohttp
 
 from backends.sim.testing import run_sim_process
 from loadtest import Workload, parse_settings
+from zerogap.commands import zerogap_command
 from zerogap.config.routing import CacheAwareSection
 from zerogap.net import free_port
 from zerogap.process_group import stop_process
@@ -193,7 +194,7 @@ def start_pool(args: argparse.Namespace, tmp: Path, policy: str) -> Iterator[Poo
         urls = [s.url for s in sims]
         port = free_port()
         config = gateway_config(args, tmp, port, urls, policy)
-        cmd = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
+        cmd = zerogap_command("gateway", "--config", str(config))
         gateway = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stack.callback(stop_process, gateway)
         gateway_url = f"http://127.0.0.1:{port}"

@@ -45,6 +45,7 @@ from typing import Any
 
 from bench._peers import NGINX_INSTALL, PEERS, ROUTERS, find_nginx, install_routers, nginx_command
 from bench._report import report
+from zerogap.commands import zerogap_command
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
 
@@ -116,7 +117,7 @@ class Stack:
     def gateway(self, name: str, up_port: int, num_workers: int = 1, src: Path = REPO) -> None:
         port = free_port()
         config = gateway_config(self.tmp / name, port, up_port)
-        cmd = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
+        cmd = zerogap_command("gateway", "--config", str(config))
         cmd += ["--workers", str(num_workers)] if num_workers > 1 else []
         self.add(name, cmd, port, cwd=src, env={**self.env, "PYTHONPATH": str(src)})
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.soak_load import KEY, Tally, run_clients
+from zerogap.commands import zerogap_command
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
 from zerogap.promtext import sum_samples
@@ -256,7 +257,7 @@ def run_soak(opts: SoakOptions) -> SoakResult:
                 wait_for_port(p, 30, proc)
             with log.open("wb") as err:
                 config = write_config(folder, port, up_ports)
-                cmd = [sys.executable, "-m", "zerogap", "gateway", "--config", str(config)]
+                cmd = zerogap_command("gateway", "--config", str(config))
                 gateway = subprocess.Popen(cmd, stdout=err, stderr=err, cwd=repo)
             procs.append(gateway)
             wait_for_port(port, 30, gateway)

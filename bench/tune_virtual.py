@@ -15,17 +15,18 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from zerogap.commands import zerogap_command
 
 GRID = ["--grid", "max_num_seqs=16,128", "--grid", "async_scheduling=false,true"]
 
 
 def _tune(folder: Path, common: list[str], *extra: str) -> tuple[float, list[str], float]:
     out = folder / ("virtual" if extra else "real")
-    cmd = [sys.executable, "-m", "zerogap", "tune", *common, *extra, "--out", str(out)]
+    cmd = zerogap_command("tune", *common, *extra, "--out", str(out))
     started = time.monotonic()
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
     elapsed = time.monotonic() - started
