@@ -55,8 +55,8 @@ def _run(pool: Pool, out: Path, name: str, steps: list[int]) -> Path:
     )  # fmt: skip
     result = run_locust(settings, timeout_s=240)
     assert (out / name / "report.json").exists(), result.stderr[-3000:]
-    steps = json.loads((out / name / "report.json").read_text())["steps"]
-    num_ok, num_failed = sum(s["requests_ok"] for s in steps), sum(s["requests_failed"] for s in steps)
+    ran = json.loads((out / name / "report.json").read_text())["steps"]
+    num_ok, num_failed = sum(s["requests_ok"] for s in ran), sum(s["requests_failed"] for s in ran)
     # The harness exits 1 when a request failed; vLLM on 2 busy cores fails one now and then (a
     # dropped connection; once an empty stream): a few are figures of the run, not of the fit.
     assert result.returncode == 0 or num_failed <= 0.05 * (num_ok + num_failed), (num_failed, result.stderr[-3000:])
