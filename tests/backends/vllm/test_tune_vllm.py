@@ -46,9 +46,9 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
     )
     out = tmp_path / "tune"
     cmd = zerogap_cmd("tune", "--config", str(config), "--engine", "vllm", "--grid", "max_num_seqs=2,16")
-    # A 20 s window: vLLM's busy-polling engine starves the harness's sampler on 2 cores (one scrape
-    # per ~4 s); an 8 s window once rested on 2 scrapes that both read an empty engine.
-    cmd += ["--steps", "16", "--step-seconds", "24", "--measure-seconds", "20", "--warmup-seconds", "5"]
+    # A 10 s window: with the heavy model the harness's sampler reads vLLM every second (with the
+    # tiny model vLLM's API server starved it to one scrape per ~4 s, and it needed 20 s).
+    cmd += ["--steps", "16", "--step-seconds", "13", "--measure-seconds", "10", "--warmup-seconds", "3"]
     cmd += ["--input-tokens", "32", "--output-tokens", "64", "--out", str(out)]
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
