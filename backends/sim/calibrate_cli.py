@@ -77,6 +77,19 @@ def _pair(measured: float | None, model: float | None, spec: str) -> str:
     return f"{one(measured)} -> {one(model)} ({_pct(model, measured)})"
 
 
+MAX_SHOWN_LOG_ERROR = math.log(100.0)  # beyond a factor of 100 the figure says nothing more
+
+
+def _spread(log_error: float) -> str:
+    """A term's standard error (of its log) as a person reads it, flagged when over 10%."""
+    if not math.isfinite(log_error):
+        return "not seen by the data  (loosely pinned)"
+    if log_error > MAX_SHOWN_LOG_ERROR:
+        return "over a factor of 100: not pinned down by the data  (loosely pinned)"
+    flag = "  (loosely pinned)" if log_error > math.log(1.1) else ""
+    return f"+-{100 * (math.exp(log_error) - 1):.1f}%{flag}"
+
+
 def report_text(result: Calibration, num_runs: int, replicas: int, run_notes: list[str]) -> str:
     s = result.settings
     lines = [
@@ -87,9 +100,7 @@ def report_text(result: Calibration, num_runs: int, replicas: int, run_notes: li
     ]
     for term, error in zip(result.terms, result.log_errors, strict=True):
         value = ", ".join(f"{name} = {getattr(s.cost, name):.4g}" for name in term.fields)
-        spread = "not seen by the data" if not math.isfinite(error) else f"+-{100 * (math.exp(error) - 1):.1f}%"
-        flag = "  (loosely pinned)" if not math.isfinite(error) or error > math.log(1.1) else ""
-        lines.append(f"  {value}  {spread}{flag}")
+        lines.append(f"  {value}  {_spread(error)}")
     lines.append("kept or assumed:")
     lines += [f"  - {note}" for note in result.notes + run_notes]
     lines.append("per step, measured -> modelled (error):")
