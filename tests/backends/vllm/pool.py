@@ -45,7 +45,9 @@ def vllm_interpreter() -> str:
 
 
 def write_config(folder: Path, python: str) -> Path:
-    """Every value the gateway and the launcher need; free ports."""
+    """Every value the gateway and the launcher need; free ports. `--enforce-eager`: vLLM's
+    torch.compile warm-up took ~45 of the ~65 s of a start on 2 cores (and is cached by model
+    path, which is new in every run); eager, a replica serves ~20 s after its launch."""
     build_tiny_model(folder / "models" / "tiny")
     engine_port, gateway_port = free_port(), free_port()
     text = f"""
@@ -65,6 +67,7 @@ served_model_name = "{MODEL}"
 base_port = {engine_port}
 python = "{python}"
 max_model_len = 4096
+extra_args = ["--enforce-eager"]
 startup_timeout_s = {READY_TIMEOUT_S}
 restart_backoff_max_s = 2
 stop_timeout_s = 20

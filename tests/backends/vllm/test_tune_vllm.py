@@ -38,7 +38,7 @@ model = "models/tiny"
 served_model_name = "{MODEL}"
 python = "{vllm_interpreter()}"
 max_model_len = 512
-extra_args = ["--stream-interval", "16"]
+extra_args = ["--stream-interval", "16", "--enforce-eager"]
 startup_timeout_s = {READY_TIMEOUT_S}
 stop_timeout_s = 20
 env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
