@@ -27,7 +27,7 @@ def clean_env() -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="session")
 def vllm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     """One real vLLM replica (the tiny model) and a real gateway for the whole vLLM tier: each vLLM
-    start costs ~20 s (eager) to minutes on two busy cores. A test may kill the replica (the launcher restarts
+    start costs a minute or more on two cores. A test may kill the replica (the launcher restarts
     it) but must leave the pool serving. When the tier ends, its stop is checked: SIGTERM ends
     `zerogap backends up` with 0 and no process of the replica outlives it."""
     pool = start_pool(tmp_path_factory.mktemp("vllm-pool"))

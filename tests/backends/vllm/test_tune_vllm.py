@@ -10,7 +10,9 @@ a clean-clone run read running 1, waiting 0 of 16 users. So this test serves the
 (~100M parameters, backends/tiny_model/weights.py): a step costs ~25 ms on a CPU, a 64-token
 answer ~1.6 s at the cap, and the API server's work per request is small beside it. Measured:
 running 2.0 and waiting 14.0 in every sample of the capped run (TTFT climbing to 12 s), 68
-output tok/s capped vs 276 at max_num_seqs=16 (running 13.7, waiting 0)."""
+output tok/s capped vs 276 at max_num_seqs=16 (running 13.7, waiting 0). `--enforce-eager`:
+vLLM's torch.compile warm-up was ~45 s of each candidate's start (its cache is keyed by the
+model's path, new in every run); eager, the test took 118 s instead of 190 s."""
 
 from __future__ import annotations
 
