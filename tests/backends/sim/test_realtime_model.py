@@ -91,5 +91,8 @@ async def test_client_measured_ttft_and_tpot_match_the_model(scheduling):
     model_tpot = statistics.median(m.tpot_s or 0.0 for m in modelled.values())
     detail = f"ttft real {real_ttft:.4f} model {model_ttft:.4f}; tpot real {real_tpot:.4f} model {model_tpot:.4f}"
     print(detail)
-    assert real_ttft == pytest.approx(model_ttft, rel=0.10), detail
+    # TTFT to 15%: a request's arrival is aligned to the next step by a real loop on a shared machine
+    # (CI measured +13% once, the loop late by a third of a step); the error this test is for, a
+    # served sim off its model (async vs sync hides or shows the interval: 3/8 of a step), is larger.
+    assert real_ttft == pytest.approx(model_ttft, rel=0.15), detail
     assert real_tpot == pytest.approx(model_tpot, rel=0.10), detail
