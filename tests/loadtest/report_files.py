@@ -10,6 +10,17 @@ from typing import Any
 
 from loadtest import RunReport
 
+RUN_META: dict[str, Any] = {  # what the harness adds to report.json's "run"
+    "base_url": "http://127.0.0.1:8000",
+    "model": "m",
+    "stopped_early": None,
+    "endpoint": "/v1/chat/completions",
+    "mode": "closed_loop",
+    "prompt_tokens_from": "usage",
+    "num_worker_processes": 1,
+    "interrupted_requests": 0,
+}
+
 
 @dataclass(frozen=True)
 class Figures:

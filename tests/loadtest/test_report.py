@@ -21,22 +21,11 @@ from loadreport.schema import RunReport, Step, json_schema
 from loadreport.settings import parse_settings
 from loadreport.timeline import Sample
 from tests.loadtest.diagnosis_steps import step as typed_step
+from tests.loadtest.report_files import RUN_META
 from tests.support import REPO, zerogap_cmd
 
 PNG = b"\x89PNG\r\n\x1a\n"
 START = 1_000_000.0
-
-
-META = {  # what the harness adds to report.json's "run"
-    "base_url": "http://127.0.0.1:8000",
-    "model": "m",
-    "stopped_early": None,
-    "endpoint": "/v1/chat/completions",
-    "mode": "closed_loop",
-    "prompt_tokens_from": "usage",
-    "num_worker_processes": 1,
-    "interrupted_requests": 0,
-}
 
 
 def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
@@ -62,7 +51,7 @@ def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
             samples.append(sample)
             recorder.add_cpu("host:1", START + tick, 20.0)
     summary = summarize_run(settings, plan, START, START + plan.total_s, recorder, samples)
-    return write_run(run_dir, settings, plan, START, START + plan.total_s, summary, META, recorder, samples)
+    return write_run(run_dir, settings, plan, START, START + plan.total_s, summary, RUN_META, recorder, samples)
 
 
 def test_report_json_has_the_contract_fields_and_the_right_figures(tmp_path: Path) -> None:

@@ -19,19 +19,10 @@ from loadreport.schema import RunReport
 from loadreport.settings import Settings, parse_settings
 from loadreport.summary import summarize_step
 from loadreport.timeline import Sample
+from tests.loadtest.report_files import RUN_META
 
 START = 1_000_000.0
 CAP = 8  # the engines' summed max_num_seqs: at 16 users, 8 run and 8 wait
-META = {
-    "base_url": "http://127.0.0.1:8000",
-    "model": "m",
-    "stopped_early": None,
-    "endpoint": "/v1/chat/completions",
-    "mode": "closed_loop",
-    "prompt_tokens_from": "usage",
-    "num_worker_processes": 1,
-    "interrupted_requests": 0,
-}
 
 
 def _settings(extra: str = "") -> Settings:
@@ -74,7 +65,7 @@ def test_a_step_round_trips_through_report_json_to_the_same_step_and_diagnosis(t
     summary = summarize_run(settings, plan, START, START + plan.total_s, recorder, samples)
     assert [entry.limit for entry in summary.diagnosis] == ["none", "batch_cap"]
     assert "running 8.0 of a cap of 8, waiting 8.0" in summary.diagnosis[1].evidence
-    write_run(tmp_path, settings, plan, START, START + plan.total_s, summary, META, recorder, samples)
+    write_run(tmp_path, settings, plan, START, START + plan.total_s, summary, RUN_META, recorder, samples)
 
     text = (tmp_path / "report.json").read_text(encoding="utf-8")
     assert f'"max_num_seqs": {CAP},' in text  # an int stays an int in the file (not 8.0)
@@ -127,6 +118,6 @@ def test_a_report_that_does_not_fit_its_schema_raises_and_writes_no_report_json(
     recorder = _records(plan)
     summary = summarize_run(settings, plan, START, START + plan.total_s, recorder, [])
     with pytest.raises(ValidationError, match="num_worker_processes"):
-        meta = {**META, "num_worker_processes": "1"}
+        meta = {**RUN_META, "num_worker_processes": "1"}
         write_run(tmp_path, settings, plan, START, START + plan.total_s, summary, meta, recorder, [])
     assert not (tmp_path / "report.json").exists()
