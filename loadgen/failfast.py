@@ -9,6 +9,16 @@ from dataclasses import dataclass, field
 from loadreport.record import INTERRUPTED, RequestRecord
 
 FIRST_N = 20
+# The gateway's failed-auth throttle answers a key refused too often from one address with 429
+# (code too_many_auth_failures; its message says this). Its default limit is 20 per 10 s, as many
+# as FIRST_N: a run whose key is wrong met 429s among its first 20 answers (its /tokenize call
+# counts too), so they never "all failed alike". The mistake is the key: it counts as a 401.
+AUTH_THROTTLED = "failed authentications"
+
+
+def key_refused(kind: str, detail: str) -> bool:
+    """A 401, or the gateway's 429 for too many of them (the key is wrong either way)."""
+    return kind == "HTTP 401" or (kind == "HTTP 429" and AUTH_THROTTLED in detail)
 
 
 def doubled_v1(base_url: str, path: str = "/v1/chat/completions", source: str = "api.base_url") -> str | None:
@@ -61,7 +71,8 @@ class FailFast:
         """(kind, the server's message) once the first FIRST_N all failed alike; else None."""
         if self.decided or record.error_kind == INTERRUPTED:
             return None
-        self.first.append((record.error_kind, detail))
+        kind = "HTTP 401" if key_refused(record.error_kind, detail) else record.error_kind
+        self.first.append((kind, detail))
         if len(self.first) < FIRST_N:
             return None
         self.decided = True

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import gevent
 
+from loadgen.failfast import key_refused
 from loadreport.record import RequestRecord
 
 FIRST_PAUSE_S = 0.05
@@ -16,9 +17,10 @@ MAX_PAUSE_S = 1.0
 Attempt = Callable[[], tuple[RequestRecord, list[float], str]]
 
 
-def retryable(record: RequestRecord, walls: list[float]) -> bool:
-    """Failed before any content arrived, in a way a later attempt may not."""
-    if record.ok or walls:
+def retryable(record: RequestRecord, walls: list[float], detail: str = "") -> bool:
+    """Failed before any content arrived, in a way a later attempt may not (not a key the gateway
+    refused: its 429 for too many failed authentications is not retried, the key is wrong)."""
+    if record.ok or walls or key_refused(record.error_kind, detail):
         return False
     kind = record.error_kind
     return kind == "connection error" or kind == "HTTP 429" or kind.startswith("HTTP 5")
@@ -32,7 +34,7 @@ def with_retries(attempt: Attempt, max_retries: int) -> tuple[RequestRecord, lis
     record, walls, detail = attempt()
     first_start = record.start
     num_retries = 0
-    while num_retries < max_retries and retryable(record, walls):
+    while num_retries < max_retries and retryable(record, walls, detail):
         gevent.sleep(pause_s(num_retries))
         num_retries += 1
         record, walls, detail = attempt()
