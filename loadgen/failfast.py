@@ -72,12 +72,11 @@ class FailFast:
         if self.decided or record.error_kind == INTERRUPTED:
             return None
         kind = "HTTP 401" if key_refused(record.error_kind, detail) else record.error_kind
-        self.first.append((kind, detail))
+        self.first.append((kind, detail.removeprefix(f"{record.error_kind}: ")))
         if len(self.first) < FIRST_N:
             return None
         self.decided = True
         kinds = {kind for kind, _ in self.first}
         if len(kinds) != 1 or "" in kinds:
             return None
-        kind, detail = self.first[-1]
-        return kind, detail.removeprefix(f"{kind}: ")
+        return self.first[-1]

@@ -25,7 +25,7 @@ def test_401s_then_the_throttles_429_stop_the_run_as_a_wrong_key() -> None:
         assert watch.observe(failed("HTTP 401"), "HTTP 401: Invalid API key.") is None
     assert watch.observe(failed("HTTP 429"), f"HTTP 429: {THROTTLED}") is None
     decided = watch.observe(failed("HTTP 429"), f"HTTP 429: {THROTTLED}")
-    assert decided is not None and decided[0] == "HTTP 401", decided
+    assert decided == ("HTTP 401", THROTTLED), decided  # the gateway's own words, without "HTTP 429: "
     assert "echo $TAOTOKEN_API_KEY" in advice(decided[0], "http://x/api", "m", None)
 
 
