@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadreport.record import Recorder, RequestRecord
+from loadreport.schedule import Phase
 from loadtest import RunReport
 
 RUN_META: dict[str, Any] = {  # what the harness adds to report.json's "run"
@@ -20,6 +22,18 @@ RUN_META: dict[str, Any] = {  # what the harness adds to report.json's "run"
     "num_worker_processes": 1,
     "interrupted_requests": 0,
 }
+
+
+def add_steady_requests(recorder: Recorder, phase: Phase, num_users: int, start_s: float) -> None:
+    """Each of num_users users streams 10 tokens per request through the phase (the run began at
+    start_s): TTFT 100 ms, then one token per 20 ms (E2E 280 ms), the next request at once."""
+    for user in range(num_users):
+        sent = start_s + phase.start_s + user * 0.01
+        while sent + 0.28 <= start_s + phase.end_s:
+            record = RequestRecord(sent, sent + 0.28, True, "", 0.1, 0.28, 10, 50, "usage", None)
+            record.itl.add_many_ms([20.0] * 9)
+            recorder.add(record, [sent + 0.1 + 0.02 * k for k in range(10)])
+            sent += 0.28
 
 
 @dataclass(frozen=True)

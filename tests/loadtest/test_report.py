@@ -21,7 +21,7 @@ from loadreport.schema import RunReport, Step, json_schema
 from loadreport.settings import parse_settings
 from loadreport.timeline import Sample
 from tests.loadtest.diagnosis_steps import step as typed_step
-from tests.loadtest.report_files import RUN_META
+from tests.loadtest.report_files import RUN_META, add_steady_requests
 from tests.support import REPO, zerogap_cmd
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,13 +39,7 @@ def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     recorder, samples = Recorder(), []
     for phase in plan.steps:
-        for user in range(int(phase.load)):
-            sent = START + phase.start_s + user * 0.01
-            while sent + 0.28 <= START + phase.end_s:
-                record = RequestRecord(sent, sent + 0.28, True, "", 0.1, 0.28, 10, 50, "usage", None)
-                record.itl.add_many_ms([20.0] * 9)
-                recorder.add(record, [sent + 0.1 + 0.02 * k for k in range(10)])
-                sent += 0.28
+        add_steady_requests(recorder, phase, int(phase.load), START)
         for tick in range(int(phase.start_s) + 1, int(phase.end_s) + 1):
             sample = Sample(START + tick, int(phase.load), busy * 100, "", phase.load, 0.0, 0.3, interval_ms, 14.0)
             samples.append(sample)

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from loadreport.diagnosis import diagnose, diagnose_steps
-from loadreport.record import Recorder, RequestRecord
+from loadreport.record import Recorder
 from loadreport.report import write_run
 from loadreport.run_summary import summarize_run
 from loadreport.schedule import LoadSchedule, Phase
@@ -19,7 +19,7 @@ from loadreport.schema import RunReport
 from loadreport.settings import Settings, parse_settings
 from loadreport.summary import summarize_step
 from loadreport.timeline import Sample
-from tests.loadtest.report_files import RUN_META
+from tests.loadtest.report_files import RUN_META, add_steady_requests
 
 START = 1_000_000.0
 CAP = 8  # the engines' summed max_num_seqs: at 16 users, 8 run and 8 wait
@@ -36,13 +36,7 @@ def _records(plan: LoadSchedule) -> Recorder:
     """Each user streams 10 tokens per request: TTFT 100 ms, then one token per 20 ms (E2E 280 ms)."""
     recorder = Recorder()
     for phase in plan.steps:
-        for user in range(plan.users_for(phase)):
-            sent = START + phase.start_s + user * 0.01
-            while sent + 0.28 <= START + phase.end_s:
-                record = RequestRecord(sent, sent + 0.28, True, "", 0.1, 0.28, 10, 50, "usage", None)
-                record.itl.add_many_ms([20.0] * 9)
-                recorder.add(record, [sent + 0.1 + 0.02 * k for k in range(10)])
-                sent += 0.28
+        add_steady_requests(recorder, phase, plan.users_for(phase), START)
     return recorder
 
 
