@@ -11,7 +11,7 @@ import json
 import aiohttp
 import pytest
 
-from gateway.lingering import LINGER_BYTES
+from gateway.lingering import LINGER_BYTES, LINGER_S
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, error_of, make_config, metric
 from tests.gateway.malformed import corpus
@@ -162,3 +162,22 @@ async def test_a_refused_client_that_keeps_sending_is_cut_off_after_the_linger_b
     writer.close()
     # the bound plus what the two sockets' buffers hold; without the bound, LINGER_S lets ~1 GB through
     assert LINGER_BYTES < sent < 8 * LINGER_BYTES, sent
+
+
+async def test_a_refused_client_that_holds_the_connection_open_is_closed_after_the_linger_time(gateway) -> None:
+    """After the 413 and its FIN the gateway reads for at most LINGER_S: a client that neither
+    closes nor sends much (a trickle, far under LINGER_BYTES) is then cut off (its writes fail)."""
+    gs, _ = gateway
+    reader, writer = await asyncio.open_connection("127.0.0.1", gs.config.server.port)
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {UNIFIED}\r\n"
+    writer.write(head.encode() + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    writer.write(b"%x\r\n" % (5 * 1024 * 1024) + b" " * 65536)  # declares more than max_body_bytes
+    answer = await asyncio.wait_for(reader.read(), 10)  # the answer, then the gateway's FIN
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+    deadline = asyncio.get_running_loop().time() + 5 * LINGER_S  # bounded: the linger ends in LINGER_S
+    with pytest.raises(ConnectionError):
+        while asyncio.get_running_loop().time() < deadline:
+            writer.write(b" " * 1024)  # a trickle: 1 KiB per 50 ms, far under LINGER_BYTES
+            await writer.drain()
+            await asyncio.sleep(0.05)
+    writer.close()
