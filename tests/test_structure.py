@@ -143,7 +143,15 @@ GROUND = (
     "zerogap.promtext",
     "zerogap.supervisor",
 )
-ROOF = ("zerogap.__main__", "zerogap.cli", "zerogap.demo", "zerogap.demo_stack", "zerogap.locust_run", "zerogap.tune")
+ROOF = (
+    "zerogap.__main__",
+    "zerogap.cli",
+    "zerogap.demo",
+    "zerogap.demo_stack",
+    "zerogap.interrupts",
+    "zerogap.locust_run",
+    "zerogap.tune",
+)
 BELOW_THE_ROOF = ("gateway", "backends", "loadtest", "loadreport", "loadgen")
 
 

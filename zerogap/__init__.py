@@ -10,7 +10,7 @@ This package holds two layers (tests/test_structure.py checks both rules):
   supervisor of gateway workers and backend replicas) and this file. It imports nothing
   else of ours.
 - the roof, the commands that put the packages together: cli and __main__ (the
-  dispatcher), demo and demo_stack, locust_run, tune. It may import anything;
+  dispatcher), demo and demo_stack, interrupts, locust_run, tune. It may import anything;
   nothing below it (gateway/, backends/, loadtest/, loadreport/, loadgen/) imports it.
 """
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from loadtest import ReportError, read_report, render_comparison, table
 from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.demo_stack import KEY_ENV, POOLS, Pool, Stack, harness_settings
+from zerogap.interrupts import stop_on_signals
 from zerogap.locust_run import run_locust
 from zerogap.net import free_port
 
@@ -43,10 +43,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run_harness(pool: Pool, args: argparse.Namespace, stack: Stack, out_dir: Path) -> Path:
     """One stepped Locust run against one pool; returns its run folder."""
     settings = out_dir / f"settings-{pool.name}.json"
@@ -64,7 +60,7 @@ def run_harness(pool: Pool, args: argparse.Namespace, stack: Stack, out_dir: Pat
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops everything, as Ctrl-C does
+    stop_on_signals()  # Ctrl-C and SIGTERM stop everything it started
     out_dir: Path = (args.out or Path("runs") / datetime.now(UTC).strftime("demo-%Y%m%dT%H%M%SZ")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     pools = [Pool(p.name, p.scheduling, p.slot_reuse, p.blurb, free_port()) for p in POOLS]

@@ -4,43 +4,15 @@ onto the console, Ctrl-C / SIGTERM never leaving it running. Used by `zerogap de
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import loadtest
-
-_deferred: list[int] = []
-
-
-def _defer(signum: int, frame: object) -> None:
-    _deferred.append(signum)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C / SIGTERM while a child starts; `_raise_if_deferred` delivers them."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-    previous = {sig: signal.signal(sig, _defer) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _raise_if_deferred() -> None:
-    if _deferred:
-        _deferred.clear()
-        raise KeyboardInterrupt
-
+from zerogap.interrupts import interrupts_deferred, raise_if_deferred
 
 RELAYED = ("zerogap step", "zerogap loadtest: ", "Fix: ")  # each step's final line; why a run stopped, and the fix
 
@@ -61,14 +33,14 @@ def run_locust(settings: Path, env: Mapping[str, str], log_path: Path, indent: s
     locust_dir = Path(next(iter(loadtest.__path__))).resolve()
     argv = [sys.executable, "-m", "locust", "-f", str(locust_dir), "--headless", "--settings", str(settings)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with _interrupts_deferred():  # a Ctrl-C now lands after `proc` exists, so it is never left running
+    with interrupts_deferred():  # a Ctrl-C now lands after `proc` exists, so it is never left running
         proc = subprocess.Popen(
             argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         relay = threading.Thread(target=_relay_progress, args=(proc, log_path, indent), daemon=True)
         relay.start()
     try:
-        _raise_if_deferred()
+        raise_if_deferred()
         while proc.poll() is None:  # the main thread stays free to take Ctrl-C / SIGTERM
             time.sleep(0.2)
     finally:

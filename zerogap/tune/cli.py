@@ -8,7 +8,6 @@ one's TPS stops growing.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from pathlib import Path
 from zerogap.argtypes import concurrency_list, positive_float, positive_int, slo_targets
 from zerogap.config import ConfigError, load_config
 from zerogap.config.model import Config
+from zerogap.interrupts import stop_on_signals
 from zerogap.tune.estimate import estimate
 from zerogap.tune.grid import Candidate, candidates, parse_axis
 from zerogap.tune.rank import Result, rank
@@ -86,10 +86,6 @@ def _run_all(found: list[Candidate], trial: Trial, out_dir: Path) -> list[Result
     return results
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -106,7 +102,7 @@ def main(argv: list[str]) -> int:
         f"{expected.describe(trial.virtual)}; output in {out_dir}",
         flush=True,
     )
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the pool it started, as Ctrl-C does
+    stop_on_signals()  # Ctrl-C and SIGTERM stop the pool it started
     started = time.monotonic()
     try:
         results = _run_all(found, trial, out_dir)
