@@ -12,6 +12,13 @@ from tests.backends.vllm.pool import Pool, start_pool, stop_pool_checked
 from zerogap.net import free_port
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a slow test first (order kept otherwise): pytest-xdist hands out whole files
+    in this order, so the longest start at once instead of ending the run on one worker."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture
 def port() -> int:
     return free_port()

@@ -3,7 +3,11 @@ bad one, no hung client. 128 streams (the bench itself takes 512; CI has 2 cores
 
 from __future__ import annotations
 
+import pytest
+
 from bench.soak import GROWTH_LIMIT, SoakOptions, run_soak
+
+pytestmark = pytest.mark.slow
 
 CONCURRENCY = 128
 
