@@ -33,6 +33,9 @@ class Load:
     output_tokens: int
     requests_per_stream: int  # vLLM's client: num_prompts = streams x this
     step_s: int  # the harness: its one step (measured over all but its first 2 s), after 2 s of warm-up
+    # The harness's failed requests allowed, as a share: none against the sim; real vLLM on 2
+    # busy cores now and then drops a connection or sends an empty stream (1 of 371, CI 2026-12-03).
+    failed_share_ok: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,12 @@ def harness(base_url: str, model: str, prompt_tokens: int, load: Load, out: Path
         metrics={"gpu_util": {"source": "none"}, "backend_metrics_urls": []},
     )  # fmt: skip
     result = run_locust(settings, timeout_s=load.step_s + 90)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "runs" / "agreement" / "report.json").exists(), result.stderr[-3000:]
     (step,) = read_report(out / "runs" / "agreement")["steps"]
-    assert step["requests_failed"] == 0 and step["token_count_source"] == "usage", step
+    num_failed = step["requests_failed"]  # Locust exits 1 when one failed
+    assert num_failed <= load.failed_share_ok * (step["requests_ok"] + num_failed), result.stderr[-3000:]
+    assert result.returncode == (1 if num_failed else 0), result.stderr[-3000:]
+    assert step["token_count_source"] == "usage", step
     assert step["output_tokens_mean"] == load.output_tokens, step
     return Figures(step["output_tps"], step["ttft_ms"]["p50"], step["tpot_ms"]["p50"], step["input_tokens_mean"])
 

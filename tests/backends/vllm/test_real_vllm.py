@@ -112,16 +112,19 @@ def test_chat_streamed_with_usage(pool: Pool) -> None:
 
 
 def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
-    """4,000 tokens take the tiny model several seconds; the abort must come long before."""
+    """4,000 tokens take the tiny model several seconds (tens on a busy machine); the abort must
+    come long before: vLLM's running gauge drops to 0 with fewer tokens generated than asked.
+    The bounds on the waits only end a hung test: a request that was not aborted runs to its
+    4,000 tokens and fails the last assert, however fast or slow the machine."""
     before = metric(pool.engine_url, "vllm:generation_tokens_total")
     conn, response = stream(pool, MAX_TOKENS)
     try:
         received = events(response)
         for _ in range(5):
             next(received)
-        seen_s = time.monotonic()  # vLLM's gauge follows its stat logging: read it for up to 2 s
+        seen_s = time.monotonic()  # vLLM's gauge follows its stat logging
         while metric(pool.engine_url, "vllm:num_requests_running") < 1:
-            assert time.monotonic() - seen_s < 2.0, "vLLM does not report the streaming request as running"
+            assert time.monotonic() - seen_s < 30, "vLLM does not report the streaming request as running"
             time.sleep(0.05)
     finally:
         conn.sock.close() if conn.sock else None  # the client goes away mid-stream
@@ -129,7 +132,7 @@ def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
         conn.close()
     hung_up = time.monotonic()
     while metric(pool.engine_url, "vllm:num_requests_running") != 0:
-        assert time.monotonic() - hung_up < 1.0, "vLLM still runs the request 1 s after the client left"
+        assert time.monotonic() - hung_up < 120, "vLLM still runs the request 2 minutes after the client left"
         time.sleep(0.05)
     time.sleep(0.5)
     generated = metric(pool.engine_url, "vllm:generation_tokens_total") - before
@@ -178,7 +181,7 @@ def test_vllm_bench_serve_and_the_harness_read_vllm_alike(pool: Pool, tmp_path: 
     Their TPS, TTFT and TPOT are printed, not held to 5% here: on a 2-core machine the CPU
     engine's speed follows whatever else runs (2x between two runs 30 s apart, measured);
     the 5% agreement is checked against the sim (test_bench_agreement.py)."""
-    load = Load(streams=16, output_tokens=32, requests_per_stream=4, step_s=6)  # printed, not held: small
+    load = Load(streams=16, output_tokens=32, requests_per_stream=4, step_s=6, failed_share_ok=0.05)  # printed
     theirs, ours = run_both(vllm_interpreter(), pool.engine_url, MODEL, pool.folder / "models" / "tiny", load, tmp_path)
     assert theirs.output_tps > 0 and ours.output_tps > 0
 
