@@ -112,30 +112,28 @@ def test_chat_streamed_with_usage(pool: Pool) -> None:
 
 
 def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
-    """4,000 tokens take the tiny model several seconds (tens on a busy machine); the abort must
-    come long before: vLLM's running gauge drops to 0 with fewer tokens generated than asked.
-    The bounds on the waits only end a hung test: a request that was not aborted runs to its
-    4,000 tokens and fails the last assert, however fast or slow the machine."""
+    """4,000 tokens take the tiny model several seconds (minutes on a starved machine); the abort
+    must come long before: vLLM's token counter stops with fewer tokens than asked. Its running
+    gauge is not used: on a starved machine it read 0 all along while the stream flowed. A
+    request that was not aborted runs to its 4,000 tokens and fails the last assert, however
+    fast or slow the machine; the time bound only ends a hung test."""
     before = metric(pool.engine_url, "vllm:generation_tokens_total")
     conn, response = stream(pool, MAX_TOKENS)
     try:
         received = events(response)
         for _ in range(5):
-            next(received)
-        seen_s = time.monotonic()  # vLLM's gauge follows its stat logging
-        while metric(pool.engine_url, "vllm:num_requests_running") < 1:
-            assert time.monotonic() - seen_s < 30, "vLLM does not report the streaming request as running"
-            time.sleep(0.05)
+            next(received)  # the request is streaming
     finally:
         conn.sock.close() if conn.sock else None  # the client goes away mid-stream
         response.close()
         conn.close()
     hung_up = time.monotonic()
-    while metric(pool.engine_url, "vllm:num_requests_running") != 0:
-        assert time.monotonic() - hung_up < 120, "vLLM still runs the request 2 minutes after the client left"
-        time.sleep(0.05)
-    time.sleep(0.5)
-    generated = metric(pool.engine_url, "vllm:generation_tokens_total") - before
+    counts = [metric(pool.engine_url, "vllm:generation_tokens_total")]
+    while len(counts) < 3 or counts[-1] != counts[-3]:  # unchanged across two 0.5-s waits: stopped
+        assert time.monotonic() - hung_up < 300, "vLLM's token counter still moves 5 minutes after the client left"
+        time.sleep(0.5)
+        counts.append(metric(pool.engine_url, "vllm:generation_tokens_total"))
+    generated = counts[-1] - before
     assert generated < MAX_TOKENS, f"the request ran to the end ({generated} tokens): it was not aborted"
 
 
