@@ -19,8 +19,11 @@ from gateway.limits.redis import RedisLimiter
 from gateway.limits.rule import MAX_COUNT, estimate_tokens
 from gateway.limits.sqlite import SqliteLimiter
 
-LEASE_S = 0.3
-Factory = Callable[[], Limiter]
+# Slots held in these tests are never meant to lapse: a lease far longer than any starved event
+# loop (0.3 s lapsed under 4 pytest workers in CI and freed a slot the test still held).
+HELD_LEASE_S = 60.0
+LEASE_S = 1.0  # the one test of a lapse: short, and still long beside a renewal every lease_s / 3
+Factory = Callable[..., Limiter]
 
 
 @pytest.fixture(params=["memory", "file", "redis"])
@@ -28,13 +31,13 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     """Makes limiters that share their counts (as the workers or pods of one gateway do)."""
     made: list[Limiter] = []
 
-    def new() -> Limiter:
+    def new(lease_s: float = HELD_LEASE_S) -> Limiter:
         if request.param == "memory":
             limiter: Limiter = made[0] if made else MemoryLimiter()  # one process: one memory
         elif request.param == "file":
-            limiter = SqliteLimiter(tmp_path / "limits.db", LEASE_S)
+            limiter = SqliteLimiter(tmp_path / "limits.db", lease_s)
         else:
-            limiter = RedisLimiter(request.getfixturevalue("redis_server"), LEASE_S)
+            limiter = RedisLimiter(request.getfixturevalue("redis_server"), lease_s)
         made.append(limiter)
         return limiter
 
@@ -152,7 +155,7 @@ async def test_huge_integers_neither_overflow_nor_raise(make: Factory) -> None:
 
 @pytest.mark.parametrize("make", ["file", "redis"], indirect=True)  # one process's memory has no leases
 async def test_a_lease_its_process_stops_renewing_lapses(make: Factory) -> None:
-    holder, other = make(), make()
+    holder, other = make(LEASE_S), make(LEASE_S)
     who = key(max_concurrency=1)
     assert await holder.admit(who) is not None
     await asyncio.sleep(4 * LEASE_S)  # renewed meanwhile: still held
