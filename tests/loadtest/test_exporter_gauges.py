@@ -69,8 +69,9 @@ class HeldMetrics:
 
 
 def gauges(port: int) -> dict[str, float]:
-    """The exporter's unlabelled gauges: name -> value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+    """The exporter's unlabelled gauges: name -> value. A scrape waits while the harness's process
+    is busy (it renders the report's plots in one go: over 10 s once in a loaded CI run)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT_S) as resp:
         text = resp.read().decode()
     values = {}
     for line in text.splitlines():
@@ -128,7 +129,7 @@ def test_run_gauges_before_during_and_after_a_run(
     wait_until("the GPU sampled", lambda: gauges(exporter_port)["zerogap_loadtest_gpu_util_percent"] == 50.0)
     wait_until("users running", lambda: gauges(exporter_port)["zerogap_loadtest_users"] == 1)
 
-    report = log.parent / "runs" / "gauges" / "report.json"  # written at the test's stop, after the gauges
+    report = log.parent / "runs" / "gauges" / "report.html"  # written at the test's stop, after the gauges, last
     wait_until("the run's report", lambda: report.exists() or proc.poll() is not None)
     after = gauges(exporter_port)
     assert after["zerogap_loadtest_users"] == 0, after
