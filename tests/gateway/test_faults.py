@@ -105,7 +105,10 @@ async def test_sigkill_ends_its_streams_and_the_rest_go_elsewhere(tmp_path) -> N
     assert len(broken) == num_on_a
     for r in broken:
         assert r.status == 200 and r.raw.rstrip().endswith(b"data: [DONE]") and r.error is not None
-        assert r.error["code"] == 502 and r.end_s - killed_s < MARGIN_S
+        # Ended by the lost connection itself, not by the ejection's grace or the idle timeout (their
+        # own messages); the bound only says "soon" (1.03 s was seen in a loaded CI run).
+        assert r.error["code"] == 502 and r.error["message"].startswith("Backend a broke the stream"), r.error
+        assert r.end_s - killed_s < 2 * MARGIN_S
     assert all(r.finished for r in after), "requests after the kill are retried on the other backend"
     assert max(r.end_s for r in after) - killed_s < 1 + MARGIN_S
 
