@@ -98,7 +98,6 @@ def test_demo_compares_the_two_pools_and_stops_everything(tmp_path: Path) -> Non
     assert not any(_listening(port) for port in _ports_in(result.stdout))
 
 
-@pytest.mark.slow
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -112,6 +111,7 @@ def _locust_age_s(demo_pid: int) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 def test_demo_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
     # Started with SIGINT ignored, as a non-interactive shell starts `zerogap demo &` (CI does):
     # Ctrl-C must still stop it, also once the harness runs (not only while it starts).
