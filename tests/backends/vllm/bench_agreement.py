@@ -22,7 +22,7 @@ from typing import Any
 
 from backends.vllm.command import ENTRY
 from backends.vllm.entry import CLI_FLAG
-from tests.loadtest.helpers import read_report, run_locust, write_settings
+from tests.loadtest.helpers import check_few_failed, read_report, run_locust, write_settings
 
 TOLERANCE = 0.05
 
@@ -101,9 +101,7 @@ def harness(base_url: str, model: str, prompt_tokens: int, load: Load, out: Path
     result = run_locust(settings, timeout_s=load.step_s + 90)
     assert (out / "runs" / "agreement" / "report.json").exists(), result.stderr[-3000:]
     (step,) = read_report(out / "runs" / "agreement")["steps"]
-    num_failed = step["requests_failed"]  # Locust exits 1 when one failed
-    assert num_failed <= load.failed_share_ok * (step["requests_ok"] + num_failed), result.stderr[-3000:]
-    assert result.returncode == (1 if num_failed else 0), result.stderr[-3000:]
+    check_few_failed(result, step, load.failed_share_ok)
     assert step["token_count_source"] == "usage", step
     assert step["output_tokens_mean"] == load.output_tokens, step
     return Figures(step["output_tps"], step["ttft_ms"]["p50"], step["tpot_ms"]["p50"], step["input_tokens_mean"])
