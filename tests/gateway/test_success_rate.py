@@ -10,7 +10,7 @@ old rule restored by hand ejected a backend within 3,000 requests, and within 6,
 it was tried: at least 2.2e-4 a request, 99 % over the run).
 
 One sick backend (40 % 500s) among noisy ones: out within one interval of its first failures,
-at most 5 % of the requests reach it, and the clients get no 5xx that another backend could
+it gets no requests while out, and the clients get no 5xx that another backend could
 have answered.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -61,6 +62,16 @@ async def load(url: str, num_requests: int, until_s: float = float("inf")) -> Co
     return seen
 
 
+def time_in_pool_s(ejections: list[tuple[float, str]], run_s: float) -> float:
+    """Seconds of [0, run_s] a backend was in the pool, from its ejections' (time, "... out for N s")."""
+    out_s = 0.0
+    for at_s, message in ejections:
+        match = re.search(r"out for (\d+(?:\.\d+)?) s", message)
+        assert match, message
+        out_s += max(0.0, min(run_s, at_s + float(match.group(1))) - at_s)
+    return run_s - out_s
+
+
 def upstreams(stack: ExitStack, *args: tuple[str, ...]) -> list[Proc]:
     return [stack.enter_context(upstream_process(*a)) for a in args]
 
@@ -100,6 +111,7 @@ async def test_one_sick_backend_among_noisy_ones_is_ejected(tmp_path, caplog) ->
             sick = gs.gw.router.backends[0]
             t0_s = time.time()
             seen = await load(gs.url, 10**9, until_s=time.monotonic() + 40)
+            run_s = time.time() - t0_s
             _, text = await get(gs.url + "/metrics")
             backends = gs.gw.router.backends
     left = [r for r in caplog.records if "leaves the pool" in r.getMessage()]
@@ -109,8 +121,13 @@ async def test_one_sick_backend_among_noisy_ones_is_ejected(tmp_path, caplog) ->
     assert left[0].created - t0_s < 10 + MARGIN_S, "out within an interval of its first failures"
     assert metric(text, "zerogap_backend_ejections_total", backend="sick", cause="outlier") == len(left)
     assert sum(metric(text, "zerogap_backend_ejections_total", backend=n) for n in "ab") == 0
-    share = sick.num_attempts / seen.total()
-    assert share < 0.05, f"{share:.1%} of the requests reached the sick backend"
+    # While out it gets nothing: its share of the attempts is at most its share of the time in the pool
+    # (a third of the load, 1.5x for load-aware routing's pull to a backend that fails fast). The fast
+    # path's wait for a run of 5 is random (161 of its requests on average, over 600 one time in 30),
+    # so the time in, not a fixed share, is the bound. A router that sent to it while out: a third.
+    in_pool_s = time_in_pool_s([(r.created - t0_s, r.getMessage()) for r in left], run_s)
+    share = sick.num_attempts / sum(b.num_attempts for b in backends)
+    assert share <= 0.5 * in_pool_s / run_s, f"{share:.1%} of the attempts, {in_pool_s:.1f} of {run_s:.1f} s in"
     assert seen["finished"] + seen["reset"] + seen["500 everywhere"] == seen.total(), seen
     # While the sick one is out, a request gets 500 from both others at 0.04 x 0.04: the clients'
     # only 5xx, every backend in the pool having failed it (bound: twice that, and 10 more).

@@ -6,11 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from loadtest import RunReport
+from tests.fixtures.upstream import Seen
 from tests.support import REPO
+from zerogap.net import free_port
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 
@@ -31,6 +35,9 @@ def write_settings(path: Path, base_url: str, out_dir: Path, run_name: str, **se
 
 
 def locust_cmd(settings: Path, *extra: str) -> list[str]:
+    if "--processes" in extra:  # the master's port, 5557 by default, free for tests run side by side
+        port = str(free_port())  # the forked workers dial --master-port
+        extra = (*extra, "--master-bind-port", port, "--master-port", port)
     return [LOCUST, "-f", str(REPO / "loadtest"), "--headless", "--settings", str(settings), *extra]
 
 
@@ -65,3 +72,30 @@ def read_report(run_dir: Path) -> dict[str, Any]:
 
 def within(measured: float, truth: float, tolerance: float = 0.10) -> bool:
     return abs(measured - truth) <= tolerance * truth
+
+
+@dataclass(frozen=True)
+class Truth:
+    """A step's figures as the upstream lived them (tests/fixtures/upstream records its own timing):
+    its sleeps overshoot on a busy machine, so the nominal schedule is not the truth."""
+
+    num_requests: int  # finished in the step's window
+    num_tokens: frozenset[int]  # the output lengths of those requests
+    ttft_ms: float  # p50
+    tpot_ms: float  # p50
+    output_tps: float  # tokens written in the window / its duration
+
+
+def upstream_truth(seen: list[Seen], report: dict[str, Any], step: dict[str, Any]) -> Truth:
+    end = report["run"]["started_unix_s"] + step["end_s"]
+    start = end - step["duration_s"]
+    inside = [s for s in seen if s.finished and s.done_wall is not None and start <= s.done_wall < end]
+    assert inside, f"the upstream finished no request in step {step['index']}'s window"
+    written = sum(num for s in seen for wall, num in s.chunk_walls if start <= wall < end)
+    return Truth(
+        num_requests=len(inside),
+        num_tokens=frozenset(s.num_tokens_sent for s in inside),
+        ttft_ms=median(1000 * (s.ttft_s or 0.0) for s in inside),
+        tpot_ms=median(1000 * (s.tpot_s or 0.0) for s in inside),
+        output_tps=written / step["duration_s"],
+    )

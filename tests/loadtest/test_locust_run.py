@@ -3,7 +3,8 @@
 Truth (Behavior below): the first chunk after 100 ms, then 10 chunks of 2 tokens 50 ms
 apart in all, so a 20-token request takes 0.1 + 9 x 0.05 = 0.55 s, TPOT = 0.45 / 19 s,
 and each user streams 20 / 0.55 tokens/s. The report's figures must be within 10% of
-that. TTFT is long enough that a few ms of scheduling delay on a busy machine stay
+what the upstream recorded it did (near that schedule; its sleeps overshoot on a busy machine,
+tests/fixtures/upstream). TTFT is long enough that a few ms of scheduling delay on a busy machine stay
 inside the 10%, and 4 and 8 users put enough requests in each 3 s window for a p50.
 """
 
@@ -20,7 +21,7 @@ import pytest
 
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
-from tests.loadtest.helpers import locust_cmd, read_report, run_locust, within, write_settings
+from tests.loadtest.helpers import Truth, locust_cmd, read_report, run_locust, upstream_truth, within, write_settings
 from tests.support import REPO
 from zerogap.net import free_port
 from zerogap.process_group import stop_process
@@ -35,10 +36,14 @@ def known_timing(api_key: str | None = None) -> Behavior:
     return Behavior(ttft_s=TTFT_S, interval_s=INTERVAL_S, tokens_per_chunk=TOKENS_PER_CHUNK, api_key=api_key)
 
 
-def check_against_truth(step: dict, users: int, tps_tolerance: float = 0.10) -> None:
-    assert within(step["ttft_ms"]["p50"], TTFT_S * 1000), step["ttft_ms"]
-    assert within(step["tpot_ms"]["p50"], TPOT_S * 1000), step["tpot_ms"]
-    assert within(step["output_tps"], users * OUTPUT_TOKENS / E2E_S, tps_tolerance), step["output_tps"]
+def check_against_truth(step: dict, truth: Truth, users: int, tps_tolerance: float = 0.10) -> None:
+    """Within 10% of what the upstream lived (its own record: its sleeps overshoot on a busy
+    machine), which is itself near the nominal schedule (half off: a broken fixture)."""
+    assert within(step["ttft_ms"]["p50"], truth.ttft_ms), (step["ttft_ms"], truth)
+    assert within(step["tpot_ms"]["p50"], truth.tpot_ms), (step["tpot_ms"], truth)
+    assert within(step["output_tps"], truth.output_tps, tps_tolerance), (step["output_tps"], truth)
+    assert within(truth.ttft_ms, TTFT_S * 1000, 0.5) and within(truth.tpot_ms, TPOT_S * 1000, 0.5), truth
+    assert within(truth.output_tps, users * OUTPUT_TOKENS / E2E_S, 0.5), truth
     assert step["token_count_source"] == "usage"
     assert step["requests_failed"] == 0
 
@@ -76,7 +81,8 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
             out, err = proc.communicate(timeout=90)
         finally:
             stop_process(proc)  # type: ignore[arg-type]
-        seen_keys = {seen.headers.get("Authorization") for seen in up.requests}
+        seen = list(up.requests)
+    seen_keys = {s.headers.get("Authorization") for s in seen}
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err
     assert 'zerogap_loadtest_requests_total{outcome="ok"}' in live
@@ -85,8 +91,8 @@ def test_stepped_run_matches_known_timing(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "known"
     report = read_report(run_dir)
     first, second = report["steps"]
-    check_against_truth(first, 4)
-    check_against_truth(second, 8)
+    check_against_truth(first, upstream_truth(seen, report, first), 4)
+    check_against_truth(second, upstream_truth(seen, report, second), 8)
     assert first["input_tokens_mean"] == 20  # /tokenize calibrated, the nonce included
     assert first["gpu_util"] == {"mean": 75.0, "min": 75.0} and first["token_interval_ms"] == 12.0
     assert first["cpu_interval_ms"] == 20.0
@@ -115,7 +121,8 @@ def test_worker_processes_add_up(tmp_path: Path) -> None:
     with UpstreamServer(behavior) as up:
         settings = write_settings(tmp_path / "settings.json", up.url, tmp_path / "runs", "procs")
         result = run_locust(settings, "--processes", "2")
-        finished = [seen for seen in up.requests if seen.finished]
+        seen = list(up.requests)
+    finished = [s for s in seen if s.finished]
     assert result.returncode == 1, result.stderr[-3000:]  # Locust's exit status when a request failed
     assert "Traceback" not in result.stderr
     report = read_report(tmp_path / "runs" / "procs")
@@ -125,7 +132,7 @@ def test_worker_processes_add_up(tmp_path: Path) -> None:
     assert abs(totals["requests_ok"] - len(finished)) <= 4, (totals, len(finished))
     assert abs(totals["output_tokens_ok"] - sum(s.num_tokens_sent for s in finished)) <= 4 * OUTPUT_TOKENS
     assert totals["requests_failed"] == 5 and report["errors"] == {"HTTP 503": 5}
-    check_against_truth(report["steps"][1], 4, tps_tolerance=0.15)
+    check_against_truth(report["steps"][1], upstream_truth(seen, report, report["steps"][1]), 4, tps_tolerance=0.15)
 
 
 def test_fail_fast_over_worker_processes_quotes_the_server(tmp_path: Path) -> None:

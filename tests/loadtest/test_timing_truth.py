@@ -16,12 +16,11 @@ while every request succeeds.
 from __future__ import annotations
 
 from pathlib import Path
-from statistics import median
 
 import pytest
 
-from tests.fixtures.upstream import Behavior, Seen, UpstreamServer
-from tests.loadtest.helpers import read_report, run_locust, write_settings
+from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.loadtest.helpers import read_report, run_locust, upstream_truth, write_settings
 
 TTFT_S, INTERVAL_S, NUM_TOKENS, USERS = 0.200, 0.020, 20, 3
 TOLERANCE = 0.03
@@ -29,10 +28,6 @@ TOLERANCE = 0.03
 
 def within(measured: float, truth: float) -> bool:
     return abs(measured - truth) <= TOLERANCE * truth
-
-
-def tokens_written(seen: list[Seen], start: float, end: float) -> int:
-    return sum(num for s in seen for wall, num in s.chunk_walls if start <= wall < end)
 
 
 @pytest.mark.slow
@@ -50,18 +45,11 @@ def test_ttft_tpot_and_tps_match_the_upstreams_truth(tmp_path: Path) -> None:
     report = read_report(tmp_path / "runs" / "truth")
     (step,) = report["steps"]
     assert step["complete"] and step["requests_failed"] == 0 and step["token_count_source"] == "usage"
-    end = report["run"]["started_unix_s"] + step["end_s"]
-    start = end - step["duration_s"]
-    # the requests that ended in the window, as the upstream saw them
-    inside = [s for s in seen if s.finished and s.done_wall is not None and start <= s.done_wall < end]
-    assert len(inside) >= 10 and abs(len(inside) - step["requests_ok"]) <= 1, (len(inside), step["requests_ok"])
-    assert all(s.num_tokens_sent == NUM_TOKENS for s in inside)
-
-    ttft_ms = median(1000 * (s.ttft_s or 0.0) for s in inside)
-    tpot_ms = median(1000 * (s.tpot_s or 0.0) for s in inside)
-    tps = tokens_written(seen, start, end) / step["duration_s"]
-    assert within(step["ttft_ms"]["p50"], ttft_ms), (step["ttft_ms"], ttft_ms)
-    assert within(step["tpot_ms"]["p50"], tpot_ms), (step["tpot_ms"], tpot_ms)
-    assert within(step["output_tps"], tps), (step["output_tps"], tps)
+    truth = upstream_truth(seen, report, step)
+    assert truth.num_requests >= 10 and abs(truth.num_requests - step["requests_ok"]) <= 1, (truth, step["requests_ok"])
+    assert truth.num_tokens == {NUM_TOKENS}, truth
+    assert within(step["ttft_ms"]["p50"], truth.ttft_ms), (step["ttft_ms"], truth)
+    assert within(step["tpot_ms"]["p50"], truth.tpot_ms), (step["tpot_ms"], truth)
+    assert within(step["output_tps"], truth.output_tps), (step["output_tps"], truth)
 
     assert step["rps"] > 0 and step["goodput_rps"] == 0
