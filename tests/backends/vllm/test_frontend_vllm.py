@@ -51,6 +51,10 @@ def run(
     check_few_failed(result, step, 0.05)
     (entry,) = report["diagnosis"]
     engine = step["backend"]
+    said = [line for line in result.stderr.splitlines() if "metrics" in line][-5:]  # where the figures came from
+    assert engine["running_mean"] is not None and engine["waiting_mean"] is not None, (
+        f"{name}: the harness read no vLLM running/waiting gauge in the step ({engine}); it said: {said}"
+    )
     at_engine = (engine["running_mean"] + engine["waiting_mean"]) / USERS
     print(f"{name}: {at_engine:.0%} of {USERS} users' requests at the engine, {engine}; {entry['limit']}")
     assert step["valid"], step

@@ -11,10 +11,12 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -111,30 +113,130 @@ def test_chat_streamed_with_usage(pool: Pool) -> None:
     assert chunks[-1]["usage"]["completion_tokens"] == 24
 
 
-def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
-    """4,000 tokens take the tiny model several seconds (minutes on a starved machine); the abort
-    must come long before: vLLM's token counter stops with fewer tokens than asked. Its running
-    gauge is not used: on a starved machine it read 0 all along while the stream flowed. A
-    request that was not aborted runs to its 4,000 tokens and fails the last assert, however
-    fast or slow the machine; the time bound only ends a hung test."""
-    before = metric(pool.engine_url, "vllm:generation_tokens_total")
-    conn, response = stream(pool, MAX_TOKENS)
+def engine_processes(pool: Pool) -> list[psutil.Process]:
+    """The replica's engine core and its worker (the forward): vLLM names them VLLM::EngineCore and
+    VLLM::Worker. Holding the engine core alone does not stop the worker's steps."""
+    leader, _ = replica_group(pool)
+    children = psutil.Process(leader).children(recursive=True)
+    engine = [p for p in children if p.name().startswith("VLLM::")]
+    names = sorted(p.name() for p in engine)
+    assert "VLLM::EngineCore" in names and any(n.startswith("VLLM::Worker") for n in names), names
+    return engine
+
+
+@contextmanager
+def held(processes: list[psutil.Process]) -> Iterator[Callable[[float], None]]:
+    """The processes stopped (SIGSTOP) until the block ends; release(run_s) lets them run that long."""
+
+    def release(run_s: float) -> None:
+        for process in processes:
+            process.resume()
+        time.sleep(run_s)
+        for process in processes:
+            process.suspend()
+
+    for process in processes:
+        process.suspend()
     try:
-        received = events(response)
-        for _ in range(5):
-            next(received)  # the request is streaming
+        yield release
     finally:
-        conn.sock.close() if conn.sock else None  # the client goes away mid-stream
-        response.close()
-        conn.close()
-    hung_up = time.monotonic()
+        for process in processes:
+            process.resume()
+
+
+def sum_lines(url: str, prefix: str, *needles: str) -> float:
+    """The sum of the samples at url whose line starts with prefix and holds every needle."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    lines = [line for line in text.splitlines() if line.startswith(prefix) and all(n in line for n in needles)]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+def client_gone_total(pool: Pool) -> float:
+    """Requests the gateway ended because their client went away (status 499)."""
+    return sum_lines(pool.gateway_url + "/metrics", "zerogap_requests_total{", 'status="499"')
+
+
+def chats_ended(pool: Pool) -> float:
+    """Chat requests vLLM's API server has ended (its HTTP instrumentation counts one as its handler returns)."""
+    return sum_lines(pool.engine_url + "/metrics", "http_requests_total{", 'handler="/v1/chat/completions"')
+
+
+def settled_tokens(pool: Pool, since_s: float) -> float:
+    """vLLM's token counter once it stops: unchanged across two 0.5-s waits."""
     counts = [metric(pool.engine_url, "vllm:generation_tokens_total")]
-    while len(counts) < 3 or counts[-1] != counts[-3]:  # unchanged across two 0.5-s waits: stopped
-        assert time.monotonic() - hung_up < 300, "vLLM's token counter still moves 5 minutes after the client left"
+    while len(counts) < 3 or counts[-1] != counts[-3]:
+        assert time.monotonic() - since_s < 600, "vLLM's token counter still moves after 10 minutes"
         time.sleep(0.5)
         counts.append(metric(pool.engine_url, "vllm:generation_tokens_total"))
-    generated = counts[-1] - before
+    return counts[-1]
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
+        time.sleep(0.1)
+
+
+class FirstEvents(threading.Thread):
+    """Opens the stream through the gateway and reads its first 5 events, in a thread of its own."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(daemon=True)
+        self.pool = pool
+        self.conn: http.client.HTTPConnection | None = None
+        self.response: http.client.HTTPResponse | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.conn, self.response = stream(self.pool, MAX_TOKENS)
+            received = events(self.response)
+            for _ in range(5):
+                next(received)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def hang_up(self) -> None:
+        if self.conn is not None and self.conn.sock is not None:
+            self.conn.sock.close()
+        if self.response is not None:
+            self.response.close()
+        if self.conn is not None:
+            self.conn.close()
+
+
+def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
+    """The client leaves mid-stream; vLLM must abort the request: its token counter stops with
+    fewer tokens than the 4,000 asked. On a starved machine the gateway and vLLM's API server lag
+    its engine by seconds (beside two busy loops the tiny model made 2,827 tokens before an abort
+    arrived; beside four, all 4,000 before the client had read 5 events), so the test steps the
+    engine: its processes are held (SIGSTOP) and let run 10 ms at a time until the client has 5
+    events; held, the client leaves, the gateway counts it (499) and vLLM's API server ends the
+    request (its abort sent); then the engine runs on. Not aborted: all 4,000 tokens, or the API
+    server never ends the request; on any machine."""
+    before = metric(pool.engine_url, "vllm:generation_tokens_total")
+    gone_before, ended_before = client_gone_total(pool), chats_ended(pool)
+    with held(engine_processes(pool)) as release:
+        client = FirstEvents(pool)
+        client.start()
+        started = time.monotonic()
+        while client.is_alive():
+            assert time.monotonic() - started < 300, "the client did not get 5 events in 5 minutes"
+            release(0.01)
+            client.join(0.2)
+        assert client.error is None, client.error
+        client.hang_up()
+        hung_up = time.monotonic()
+        wait_until(lambda: client_gone_total(pool) > gone_before, "the gateway counted the client's leaving (499)")
+        wait_until(lambda: chats_ended(pool) > ended_before, "vLLM's API server ended the request")
+        at_hang_up = settled_tokens(pool, hung_up) - before
+    assert at_hang_up < MAX_TOKENS, f"all {MAX_TOKENS} tokens were made before the client left"
+    generated = settled_tokens(pool, hung_up) - before
+    assert client_gone_total(pool) == gone_before + 1
     assert generated < MAX_TOKENS, f"the request ran to the end ({generated} tokens): it was not aborted"
+    print(f"{at_hang_up:.0f} tokens when the client left, {generated:.0f} in all")
 
 
 def test_stepped_harness_run_has_tps_at_every_step(pool: Pool, tmp_path: Path) -> None:
