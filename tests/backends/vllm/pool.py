@@ -122,21 +122,35 @@ def ports_of(config: Path) -> tuple[int, int]:
     return int(engine.group(1)), int(gateway.group(1))
 
 
-def start_pool(folder: Path) -> Pool:
+def launch_pool(folder: Path) -> Pool:
+    """`zerogap backends up` started; the replica is not ready yet (see until_ready)."""
     config = write_config(folder, vllm_interpreter())
     engine_port, gateway_port = ports_of(config)
     log = (folder / "backends.log").open("w")
     cmd = zerogap_cmd("backends", "up", "--engine", "vllm", "--config", str(config))
     backends = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
-    pool = Pool(folder, config, backends, None, engine_port, gateway_port, log)
+    return Pool(folder, config, backends, None, engine_port, gateway_port, log)
+
+
+def until_ready(pool: Pool) -> Pool:
+    """Waits for the launched replica, then starts the gateway in front of it (once)."""
+    if pool.gateway is not None:
+        return pool
     pool.wait_output("zerogap backends: ready:", READY_TIMEOUT_S)
-    gateway_log = (folder / "gateway.log").open("w")
+    gateway_log = (pool.folder / "gateway.log").open("w")
     pool.gateway = subprocess.Popen(
-        zerogap_cmd("gateway", "--config", str(config)), stdout=gateway_log, stderr=subprocess.STDOUT, cwd=folder
+        zerogap_cmd("gateway", "--config", str(pool.config)),
+        stdout=gateway_log,
+        stderr=subprocess.STDOUT,
+        cwd=pool.folder,
     )
     gateway_log.close()
     wait_http_ok(pool.gateway_url + "/ready", 120)
     return pool
+
+
+def start_pool(folder: Path) -> Pool:
+    return until_ready(launch_pool(folder))
 
 
 def stop_pool(pool: Pool) -> int | None:

@@ -31,7 +31,8 @@ from tests.support import REPO, zerogap_cmd
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_tune_two_vllm_candidates(tmp_path: Path) -> None:
+def test_tune_two_vllm_candidates(tmp_path: Path, vllm_pool_ahead: None) -> None:
+    """The tier's shared replica starts beside this test (vllm_pool_ahead): it uses none of it."""
     build_tiny_model(tmp_path / "models" / "tiny", shape=HEAVY)
     config = tmp_path / "config.toml"
     config.write_text(
