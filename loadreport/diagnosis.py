@@ -10,7 +10,7 @@ names the step's limit (one of loadreport.schema.LIMITS); `evidence` cites the f
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -118,31 +118,58 @@ def _held_in_front(s: Reading) -> tuple[float, str] | None:
     return share, "" if before is None else f" ({before * 100:.0f}% at the step before)"
 
 
-def _in_gateway(s: Reading) -> bool:
-    """The gateway's own in-flight gauge: the requests it has passed to the engines. The users'
-    requests it has not passed on are held in the gateway; those it passed on and the engines'
-    step loop does not hold are held in the engines' API servers. The larger part names the limit."""
-    if s.gateway_inflight is None or s.users is None:
-        return False
+HeldBy = Literal["frontend", "gateway", "load_generator"]
+
+
+def _held_by(s: Reading) -> HeldBy | None:
+    """Where the users' requests that the engines' step loop does not hold are, the larger part:
+    between two requests in the load generator (users - its in-flight figure), in zerogap's
+    gateway (the load generator's in-flight - the gateway's, which counts those it passed to the
+    engines), or in the engines' API servers (the gateway's - the engines' running and waiting).
+    A figure not measured merges its parts into the next (no gateway gauge: all past the load
+    generator are the API servers'); equal parts name the engines' servers, then the gateway."""
+    if s.users is None:
+        return None
     at_engine = (s.running or 0.0) + (s.waiting or 0.0)
-    return s.users - s.gateway_inflight > s.gateway_inflight - at_engine
+    sent = s.users if s.client_inflight is None else s.client_inflight
+    passed = sent if s.gateway_inflight is None else s.gateway_inflight
+    parts: dict[HeldBy, float] = {"frontend": passed - at_engine, "gateway": sent - passed,
+                                  "load_generator": s.users - sent}  # fmt: skip
+    return max(parts, key=lambda name: parts[name])
+
+
+def _load_generator_holds(s: Reading) -> Found:
+    held = _held_in_front(s)
+    if held is None or _held_by(s) != "load_generator":
+        return None
+    share, before = held
+    assert s.users is not None and s.client_inflight is not None  # _held_by said so
+    return (
+        f"only {share * 100:.0f}% of the users' requests are at the engines{before}, and the load generator had "
+        f"only {s.client_inflight:.1f} of {s.users:g} users' requests in flight: the rest of the time its users "
+        f"were between requests, in its own hands (a starved or saturated client); {s.figures()}",
+        "the load generator: a machine of its own, or more processes (locust -f loadtest/ --headless "
+        "--processes N); check what else runs beside it",
+    )
 
 
 def _gateway(s: Reading) -> Found:
     held = _held_in_front(s)
-    if held is None or not _in_gateway(s):
+    if held is None or _held_by(s) != "gateway":
         return None
     share, before = held
+    sent = "" if s.client_inflight is None else f" (the load generator had {s.client_inflight:.1f} in flight)"
     return (
         f"only {share * 100:.0f}% of the users' requests are at the engines{before}, and the gateway has passed "
-        f"on only {s.gateway_inflight:.1f} of {s.users:g}: the rest are held in zerogap's gateway; {s.figures()}",
+        f"on only {s.gateway_inflight:.1f} of {s.users:g}{sent}: the rest are held in zerogap's gateway; "
+        f"{s.figures()}",
         "the gateway: more processes (zerogap gateway --workers N), check its CPU and [gateway] limits",
     )
 
 
 def _frontend(s: Reading) -> Found:
     held = _held_in_front(s)
-    if held is None or _in_gateway(s):
+    if held is None or _held_by(s) != "frontend":
         return None
     share, before = held
     gauge = (
@@ -208,6 +235,7 @@ RULES: tuple[tuple[Limit, Rule], ...] = (
     ("none", _still_growing),
     ("kv_cache", _kv_cache),
     ("batch_cap", _batch_cap),
+    ("load_generator", _load_generator_holds),
     ("gateway", _gateway),
     ("frontend", _frontend),
     ("prefill", _prefill),

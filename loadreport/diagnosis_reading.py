@@ -54,6 +54,7 @@ class Reading:
         self.cap = backend.max_num_seqs
         self.num_samples = backend.num_samples
         self.gateway_inflight = backend.gateway_inflight_mean
+        self.client_inflight = step.client_inflight_mean  # sent by the load generator, not yet wholly back
         self.gpu_pct = None if step.gpu_util is None else step.gpu_util.mean
         self.users = float(step.users) if step.users else step.concurrency
 
@@ -71,6 +72,8 @@ class Reading:
             parts.append(f"{self.preemptions:g} preemptions")
         if self.gateway_inflight is not None:
             parts.append(f"gateway in flight {self.gateway_inflight:.1f}")
+        if self.client_inflight is not None and self.running is not None:
+            parts.append(f"load generator in flight {self.client_inflight:.1f}")
         if self.gpu_pct is not None:
             parts.append(f"GPU busy {self.gpu_pct:.0f}%")
         if self.step.token_interval_ms is not None:

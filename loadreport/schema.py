@@ -108,6 +108,9 @@ class Step(_Model):
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     loadgen_cpu_percent: float | None
+    client_inflight_mean: float | None = Field(
+        None, description="requests the load generator had sent and not yet wholly received (mean over the window)"
+    )
     send_lag_ms: Latency | None
     token_interval_ms: float | None = Field(description="the GPU's idle gap between forwards")
     cpu_interval_ms: float | None = Field(description="the CPU work per engine step")

@@ -156,6 +156,16 @@ def _edge_leak(plan: LoadSchedule, phase: Phase, run_start: float, ended: list[R
     )
 
 
+def client_inflight_mean(records: list[RequestRecord], start: float, end: float) -> float | None:
+    """The requests sent and not yet wholly received, mean over [start, end): each request's time in
+    flight inside the window, summed, over the window's length (exact, whichever process sent it).
+    A user not in flight is between two requests, in the load generator's own hands."""
+    if end <= start:
+        return None
+    held_s = sum(max(0.0, min(r.end, end) - max(r.start, start)) for r in records)
+    return round(held_s / (end - start), 2)
+
+
 def _load_generator(
     settings: Settings, plan: LoadSchedule, phase: Phase, run_start: float, recorder: Recorder, window: Window
 ) -> dict[str, Any]:
@@ -172,6 +182,7 @@ def _load_generator(
         "valid": not reasons,
         "invalid_reason": "; ".join(reasons) or None,
         "loadgen_cpu_percent": cpu,
+        "client_inflight_mean": client_inflight_mean(recorder.records, window.start, window.end),
         "send_lag_ms": lag.summary() if plan.open_loop else None,
     }
 
