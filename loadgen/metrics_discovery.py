@@ -32,6 +32,7 @@ class MetricsUrls:
     urls: list[str]
     note: str  # where they came from, or why there are none (for the log and for gpu_util_reason)
     asked: bool = False  # whether the gateway was asked (the note is then worth a log line)
+    passing: bool = False  # the gateway did not answer in time, or answered 5xx: worth asking again
 
 
 def listing_url(base_url: str) -> str:
@@ -97,8 +98,10 @@ def ask_gateway(base_url: str, key_env: str, timeout_s: float, env: Mapping[str,
             held = f"the key in {key_env}" if key else f"no key ({key_env or 'metrics.gateway_metrics_key_env'} unset)"
             why = f"GET {url} answered {exc.code} to {held}: export {key_env or 'ZEROGAP_METRICS_KEY'}=<the gateway's"
             return MetricsUrls([], _set_it(f"{why} [server].metrics_key>"), True)
-        return MetricsUrls([], _set_it(f"GET {url} answered HTTP {exc.code}"), True)
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # refused, timed out, not the listing's JSON
+        return MetricsUrls([], _set_it(f"GET {url} answered HTTP {exc.code}"), True, exc.code >= 500)
+    except OSError as exc:  # refused, timed out: a gateway still starting, or a busy one
+        return MetricsUrls([], _set_it(f"GET {url} failed ({exc})"), True, True)
+    except (ValueError, KeyError, TypeError) as exc:  # not the listing's JSON
         return MetricsUrls([], _set_it(f"GET {url} failed ({exc})"), True)
     gateway_host = urllib.parse.urlsplit(base_url).hostname or ""
     urls = [as_seen_from_here(metrics_url, gateway_host) for metrics_url in urls]

@@ -28,6 +28,7 @@ from loadreport.settings import MetricsSection
 from loadreport.timeline import Sample
 
 log = logging.getLogger("zerogap.loadtest")
+DISCOVERY_TRIES = 10  # asks of the gateway for its backends, at one per sample, while it does not answer in time
 
 
 class Sampler:
@@ -55,16 +56,34 @@ class Sampler:
         self.samples: list[Sample] = []
         self.cap: int | None = None
         self.cap_tries = 3  # asked until known, a few times at most
+        self.discovery_tries = DISCOVERY_TRIES
         self.gateway = GatewayInflight(gateway_url, metrics.gateway_metrics_key_env, metrics.scrape_timeout_seconds)
 
     def backend_urls(self) -> list[str]:
-        """The backends' /metrics URLs, found once (and said in the log when the gateway was asked)."""
+        """The backends' /metrics URLs, found once (and said in the log when the gateway was asked).
+        A gateway that did not answer in time (or answered 5xx) is asked again at the next samples,
+        DISCOVERY_TRIES times in all: one slow answer at the start must not cost the whole run its
+        engine figures."""
         if self.urls is None:
             found = metrics_urls(self.metrics, self.gateway_url)
+            self.discovery_tries -= 1
+            again = found.passing and self.discovery_tries > 0
             if found.asked:
-                (log.info if found.urls else log.warning)("zerogap: %s", found.note)
-            self.urls = found.urls
+                tries = DISCOVERY_TRIES - self.discovery_tries
+                if found.urls:
+                    log.info("zerogap: %s", found.note)
+                elif again:  # said once, not at every sample
+                    (log.warning if tries == 1 else log.debug)(
+                        "zerogap: %s; asking again at the next sample", found.note
+                    )
+                elif found.passing:
+                    log.warning("zerogap: %s; asked %d times, not asked again", found.note, tries)
+                else:
+                    log.warning("zerogap: %s", found.note)
             self.gpu.use_backends(found.urls, found.note)
+            if again:
+                return []
+            self.urls = found.urls
         return self.urls
 
     def _cap(self, urls: list[str]) -> int | None:

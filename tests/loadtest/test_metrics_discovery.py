@@ -5,14 +5,19 @@ leaves none, with a line saying what to set. Real gateway and upstream servers o
 
 from __future__ import annotations
 
+import http.server
+import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from loadgen.metrics_discovery import EMPTY, as_seen_from_here, ask_gateway, listing_url, metrics_urls
-from loadgen.sampler import Sampler
+from loadgen.sampler import DISCOVERY_TRIES, Sampler
 from loadreport.settings import MetricsSection, parse_settings
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, make_config
@@ -113,3 +118,64 @@ def test_the_readme_gives_the_default_the_code_has() -> None:
     readme = (Path(__file__).resolve().parents[2] / "loadtest" / "README.md").read_text(encoding="utf-8")
     row = next(line for line in readme.splitlines() if line.startswith("| `metrics.backend_metrics_urls`"))
     assert "/metrics/backends" in row and "8100" not in row, row
+
+
+@contextmanager
+def slow_listing(metrics_url: str, num_slow: int, delay_s: float) -> Iterator[tuple[str, list[float]]]:
+    """A stand-in for the gateway's GET /metrics/backends (the real one: the tests above) that
+    answers its first num_slow requests delay_s late; yields its URL and when each request came."""
+    arrivals: list[float] = []
+    body = json.dumps({"data": [{"name": "b0", "model": "m", "url": "", "metrics_url": metrics_url, "up": True}]})
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/metrics/backends":  # the sampler's read of the gateway's own gauge
+                self.send_error(404)
+                return
+            arrivals.append(time.monotonic())
+            if len(arrivals) <= num_slow:
+                time.sleep(delay_s)
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", arrivals
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_gateway_slow_to_list_its_backends_is_asked_again(caplog: pytest.LogCaptureFixture) -> None:
+    """One answer later than the scrape timeout (a busy machine at the run's start) must not cost
+    the whole run its engine figures: the next sample asks again."""
+    caplog.set_level(logging.INFO, logger="zerogap.loadtest")
+    with UpstreamServer(Behavior(extra_running=3, extra_waiting=2), model="m") as up:
+        with slow_listing(up.url + "/metrics", num_slow=1, delay_s=1.0) as (url, arrivals):
+            sampler = Sampler(MetricsSection(scrape_timeout_seconds=0.3), url + "/api")
+            first, second, third = (sampler.sample(users=5) for _ in range(3))
+    assert first.running is None and (second.running, second.waiting) == (3.0, 2.0) == (third.running, third.waiting)
+    assert len(arrivals) == 2 and sampler.urls == [up.url + "/metrics"]  # found: not asked again
+    said = [r.getMessage() for r in caplog.records]
+    assert any("failed (" in m and m.endswith("; asking again at the next sample") for m in said), said
+
+
+def test_a_gateway_that_never_answers_in_time_is_asked_a_bounded_number_of_times(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with slow_listing("http://127.0.0.1:9/metrics", num_slow=10**6, delay_s=0.5) as (url, arrivals):
+        sampler = Sampler(MetricsSection(scrape_timeout_seconds=0.1), url + "/api")
+        samples = [sampler.sample(users=1) for _ in range(DISCOVERY_TRIES + 3)]
+    assert len(arrivals) == DISCOVERY_TRIES and sampler.urls == []
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2 and warned[-1].endswith(f"; asked {DISCOVERY_TRIES} times, not asked again"), warned
+    assert all(s.running is None for s in samples) and "failed (" in samples[-1].gpu_util_reason
