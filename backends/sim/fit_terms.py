@@ -98,15 +98,20 @@ def client_gap(settings: SimSettings, observations: list[Observation]) -> tuple[
     """The time a user's request spends outside the engine between two of its requests, by
     Little's law from the engine's own running + waiting counts where they show a share of
     the users outside it (the load generator, HTTP, an API server that holds requests);
-    else a load generator's usual turnaround, assumed."""
+    else a load generator's usual turnaround, assumed. A user's cycle (one request and the
+    time to its next) is users / requests per second, from the step's throughput; the share
+    outside the engine is that share of the cycle. (The client's E2E is not the time in the
+    engine: it holds the API server's share too. Taken as such, a gauge near 0 on a starved
+    machine made the gap 13 s against a 0.36-s cycle, and the model finished nothing.)"""
     estimates = []
     for o in observations:
-        if o.running_mean is None or o.e2e_p50_ms is None:
+        if o.running_mean is None or o.output_tps <= 0 or o.output_tokens <= 0:
             continue
         inside = o.running_mean + (o.waiting_mean or 0.0)
         outside = (o.users - inside) / o.users
         if outside >= OUTSIDE_MIN and inside > 0:
-            estimates.append(o.e2e_p50_ms * outside / (1.0 - outside))
+            cycle_ms = 1000.0 * o.users * o.output_tokens / o.output_tps
+            estimates.append(cycle_ms * outside)
     if estimates:
         estimates.sort()
         gap_ms = estimates[len(estimates) // 2]
