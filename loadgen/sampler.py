@@ -56,7 +56,7 @@ class Sampler:
         self.samples: list[Sample] = []
         self.cap: int | None = None
         self.cap_tries = 3  # asked until known, a few times at most
-        self.discovery_tries = DISCOVERY_TRIES
+        self.num_discovery_asks = 0
         self.gateway = GatewayInflight(gateway_url, metrics.gateway_metrics_key_env, metrics.scrape_timeout_seconds)
 
     def backend_urls(self) -> list[str]:
@@ -66,18 +66,17 @@ class Sampler:
         engine figures."""
         if self.urls is None:
             found = metrics_urls(self.metrics, self.gateway_url)
-            self.discovery_tries -= 1
-            again = found.passing and self.discovery_tries > 0
+            self.num_discovery_asks += 1
+            again = found.passing and self.num_discovery_asks < DISCOVERY_TRIES
             if found.asked:
-                tries = DISCOVERY_TRIES - self.discovery_tries
                 if found.urls:
                     log.info("zerogap: %s", found.note)
                 elif again:  # said once, not at every sample
-                    (log.warning if tries == 1 else log.debug)(
+                    (log.warning if self.num_discovery_asks == 1 else log.debug)(
                         "zerogap: %s; asking again at the next sample", found.note
                     )
                 elif found.passing:
-                    log.warning("zerogap: %s; asked %d times, not asked again", found.note, tries)
+                    log.warning("zerogap: %s; asked %d times, not asked again", found.note, self.num_discovery_asks)
                 else:
                     log.warning("zerogap: %s", found.note)
             self.gpu.use_backends(found.urls, found.note)

@@ -9,14 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support import zerogap_cmd
+from tests.support import wait_until, zerogap_cmd
 from zerogap.net import free_port
 from zerogap.process_group import stop_process
 
@@ -29,15 +28,6 @@ def write_config(tmp_path: Path, body: str) -> Path:
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(zerogap_cmd("backends", *args), capture_output=True, text=True, timeout=60, cwd=cwd)
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def healthy(port: int) -> bool:
@@ -109,15 +99,15 @@ def test_sim_pool_restarts_a_killed_replica_and_stops_clean(tmp_path) -> None:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     output = lambda: (tmp_path / "up.log").read_text()  # noqa: E731
     try:
-        wait_for(lambda: "ready: 2 replica(s) of 'tiny-llama'" in output(), 60, "the pool")
+        wait_until(lambda: "ready: 2 replica(s) of 'tiny-llama'" in output(), "the pool", 60)
         for port in (base, base + 1):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as r:
                 assert [m["id"] for m in json.load(r)["data"]] == ["tiny-llama"]
         pids = replica_pids(psutil.Process(proc.pid))
         assert sorted(pids) == [base, base + 1]
         os.kill(pids[base + 1], signal.SIGKILL)
-        wait_for(lambda: "replica1 exited (code -9); restarting in 1 s" in output(), 10, "the restart notice")
-        wait_for(lambda: "replica1 is back up" in output(), 30, "the restart")
+        wait_until(lambda: "replica1 exited (code -9); restarting in 1 s" in output(), "the restart notice", 10)
+        wait_until(lambda: "replica1 is back up" in output(), "the restart", 30)
         assert healthy(base + 1) and healthy(base)
         assert (tmp_path / "replica1.log").exists()
         survivors = list(replica_pids(psutil.Process(proc.pid)).values())
@@ -148,11 +138,11 @@ def test_replicas_do_not_outlive_a_killed_launcher(tmp_path) -> None:
     cmd = zerogap_cmd("backends", "up", "--engine", "sim", "--config", str(config))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
     try:
-        wait_for(lambda: healthy(port), 60, "the sim replica")
+        wait_until(lambda: healthy(port), "the sim replica", 60)
         (replica,) = replica_pids(psutil.Process(proc.pid)).values()
         proc.kill()
         proc.wait(10)
-        wait_for(lambda: not psutil.pid_exists(replica) or psutil.Process(replica).status() == "zombie", 15, "exit")
+        wait_until(lambda: not psutil.pid_exists(replica) or psutil.Process(replica).status() == "zombie", "exit", 15)
     finally:
         stop_process(proc)
     assert not healthy(port)

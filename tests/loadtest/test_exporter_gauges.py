@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import pytest
 
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.helpers import LOCUST, write_settings
-from tests.support import REPO
+from tests.support import REPO, wait_until
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
 
@@ -81,13 +80,6 @@ def gauges(port: int) -> dict[str, float]:
     return values
 
 
-def wait_until(what: str, check: object, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def web_ui(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, int, HeldMetrics, Path]]:
     with UpstreamServer(Behavior(num_output_tokens=4)) as upstream, HeldMetrics() as held:
@@ -126,11 +118,11 @@ def test_run_gauges_before_during_and_after_a_run(
     held.released.set()
     assert during["zerogap_loadtest_step"] == 0, during  # the first step, counted from 0
     assert during["zerogap_loadtest_num_steps"] == 2, during
-    wait_until("the GPU sampled", lambda: gauges(exporter_port)["zerogap_loadtest_gpu_util_percent"] == 50.0)
-    wait_until("users running", lambda: gauges(exporter_port)["zerogap_loadtest_users"] == 1)
+    wait_until(lambda: gauges(exporter_port)["zerogap_loadtest_gpu_util_percent"] == 50.0, "the GPU sampled", WAIT_S)
+    wait_until(lambda: gauges(exporter_port)["zerogap_loadtest_users"] == 1, "users running", WAIT_S)
 
     report = log.parent / "runs" / "gauges" / "report.html"  # written at the test's stop, after the gauges, last
-    wait_until("the run's report", lambda: report.exists() or proc.poll() is not None)
+    wait_until(lambda: report.exists() or proc.poll() is not None, "the run's report", WAIT_S)
     after = gauges(exporter_port)
     assert after["zerogap_loadtest_users"] == 0, after
     assert after["zerogap_loadtest_step"] == -1, after

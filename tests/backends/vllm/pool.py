@@ -202,11 +202,14 @@ def post(url: str, body: dict[str, Any], timeout_s: float = 60) -> dict[str, Any
         return result
 
 
-def metric(engine_url: str, name: str) -> float:
-    """Sum of a vLLM metric over its label sets, from the replica's own /metrics."""
-    with urllib.request.urlopen(engine_url + "/metrics", timeout=5) as response:
+def metric(base_url: str, name: str, labels: dict[str, str] | None = None, absent: float | None = None) -> float:
+    """Sum of a metric over its label sets that include `labels`, from base_url's /metrics (the
+    replica's or the gateway's); `absent` when there is no such sample (None: that fails the test)."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=5) as response:
         text = response.read().decode()
-    total = sum_samples(text, name)
+    total = sum_samples(text, name, labels)
     if total is None:
-        raise AssertionError(f"{name} not in {engine_url}/metrics")
+        if absent is not None:
+            return absent
+        raise AssertionError(f"{name} {labels or ''} not in {base_url}/metrics")
     return total

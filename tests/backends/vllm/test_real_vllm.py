@@ -35,7 +35,7 @@ from tests.backends.vllm.pool import (
     vllm_interpreter,
     write_config,
 )
-from tests.support import REPO, zerogap_cmd
+from tests.support import REPO, wait_until, zerogap_cmd
 
 # vLLM starts in ~60 s alone, several times that on a busy 2-core machine: a longer timeout than 300 s.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -144,22 +144,14 @@ def held(processes: list[psutil.Process]) -> Iterator[Callable[[float], None]]:
             process.resume()
 
 
-def sum_lines(url: str, prefix: str, *needles: str) -> float:
-    """The sum of the samples at url whose line starts with prefix and holds every needle."""
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    lines = [line for line in text.splitlines() if line.startswith(prefix) and all(n in line for n in needles)]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
-
-
 def client_gone_total(pool: Pool) -> float:
     """Requests the gateway ended because their client went away (status 499)."""
-    return sum_lines(pool.gateway_url + "/metrics", "zerogap_requests_total{", 'status="499"')
+    return metric(pool.gateway_url, "zerogap_requests_total", {"status": "499"}, absent=0.0)
 
 
 def chats_ended(pool: Pool) -> float:
     """Chat requests vLLM's API server has ended (its HTTP instrumentation counts one as its handler returns)."""
-    return sum_lines(pool.engine_url + "/metrics", "http_requests_total{", 'handler="/v1/chat/completions"')
+    return metric(pool.engine_url, "http_requests_total", {"handler": "/v1/chat/completions"}, absent=0.0)
 
 
 def settled_tokens(pool: Pool, since_s: float) -> float:
@@ -170,13 +162,6 @@ def settled_tokens(pool: Pool, since_s: float) -> float:
         time.sleep(0.5)
         counts.append(metric(pool.engine_url, "vllm:generation_tokens_total"))
     return counts[-1]
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
-        time.sleep(0.1)
 
 
 class FirstEvents(threading.Thread):
@@ -229,8 +214,8 @@ def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
         assert client.error is None, client.error
         client.hang_up()
         hung_up = time.monotonic()
-        wait_until(lambda: client_gone_total(pool) > gone_before, "the gateway counted the client's leaving (499)")
-        wait_until(lambda: chats_ended(pool) > ended_before, "vLLM's API server ended the request")
+        wait_until(lambda: client_gone_total(pool) > gone_before, "the gateway counted the client's leaving (499)", 120)
+        wait_until(lambda: chats_ended(pool) > ended_before, "vLLM's API server ended the request", 120)
         at_hang_up = settled_tokens(pool, hung_up) - before
     assert at_hang_up < MAX_TOKENS, f"all {MAX_TOKENS} tokens were made before the client left"
     generated = settled_tokens(pool, hung_up) - before
