@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from backends.sim.calibrate_runs import Observation
+from backends.sim.calibrate_runs import Observation, engine_ttft_ms, gauges_read
 from backends.sim.fit_terms import Term, TermChoice, base_values, choose_terms
 from backends.sim.least_squares import Vector, least_squares, standard_errors
 from backends.sim.pool_predict import Predicted
@@ -119,6 +119,7 @@ class _Objective:
         for o in observations:  # a run with several prompt lengths is one schedule per length
             runs.setdefault((o.run, o.prompt_tokens, o.output_tokens), []).append(o)
         self.schedules = [schedule_of(group, replicas) for group in runs.values()]
+        self.gauges_read = gauges_read(observations)
         self.num_evaluations = 0
 
     def settings_at(self, x: Vector) -> SimSettings:
@@ -148,9 +149,10 @@ class _Objective:
             if o.tpot_mean_ms is not None or o.tpot_p50_ms is not None:
                 tpot = (p.tpot_mean_ms, o.tpot_mean_ms) if o.tpot_mean_ms else (p.tpot_p50_ms, o.tpot_p50_ms or 0.0)
                 out.append(w * _log_ratio(*tpot))
-            if o.ttft_mean_ms is not None or o.ttft_p50_ms is not None:
-                ttft = (p.ttft_mean_ms, o.ttft_mean_ms) if o.ttft_mean_ms else (p.ttft_p50_ms, o.ttft_p50_ms or 0.0)
-                out.append(w * TTFT_WEIGHT * _log_ratio(*ttft))
+            model, measured = (p.ttft_mean_ms, o.ttft_mean_ms) if o.ttft_mean_ms else (p.ttft_p50_ms, o.ttft_p50_ms)
+            in_engine = engine_ttft_ms(o, measured, self.gauges_read)
+            if in_engine is not None:
+                out.append(w * TTFT_WEIGHT * _log_ratio(model, in_engine))
             if o.gpu_busy is not None:
                 out.append(w * _log_ratio(max(p.gpu_busy, 0.01), max(o.gpu_busy, 0.01)))
             if o.cpu_interval_ms is not None:

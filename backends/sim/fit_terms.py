@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.sim.calibrate_runs import Observation
+from backends.sim.calibrate_runs import ENGINE_TTFT_MIN_SHARE, OUTSIDE_MIN, Observation, engine_ttft_ms, gauges_read
 from backends.sim.settings import SimSettings
 from zerogap.config.sim import SimSection
 
@@ -39,8 +39,9 @@ def choose_terms(settings: SimSettings, observations: list[Observation]) -> Term
     c = settings.cost
     has_busy = any(o.gpu_busy is not None for o in observations)
     has_cpu = any(o.cpu_interval_ms is not None for o in observations)
-    has_ttft = any(o.ttft_p50_ms is not None for o in observations)
-    prompts = sorted({o.prompt_tokens for o in observations})
+    timed, ttft_note = _timed(observations)
+    has_ttft = bool(timed)
+    prompts = sorted({o.prompt_tokens for o in timed})
     notes: list[str] = []
     fixed: dict[str, float] = {}
     per_seq = _per_seq_interval(settings, notes)
@@ -87,11 +88,38 @@ def choose_terms(settings: SimSettings, observations: list[Observation]) -> Term
                 "with another prompt length to pin the prefill cost down)"
             )
     else:
-        notes.append("no TTFT figure: forward_per_prefill_token_ms and client_gap_ms kept as in CONFIG")
+        notes.append(f"no TTFT the engine accounts for: forward_per_prefill_token_ms kept as in CONFIG; {gap_note}")
+    if ttft_note:
+        notes.append(ttft_note)
     return TermChoice(terms, notes, fixed)
 
 
-OUTSIDE_MIN = 0.1  # the share of users outside the engine below which the sampled gauges cannot tell
+def _timed(observations: list[Observation]) -> tuple[list[Observation], str]:
+    """The steps whose TTFT shows the engine's part, and a note on what was taken off or left out."""
+    read = gauges_read(observations)
+    timed, left_out, outside = [], [], []
+    for o in observations:
+        measured = o.ttft_mean_ms or o.ttft_p50_ms
+        if measured is None:
+            continue
+        if engine_ttft_ms(o, measured, read) is None:
+            left_out.append(o.label)
+        else:
+            timed.append(o)
+            if o.outside_engine_ms:
+                outside.append(f"{o.outside_engine_ms:.1f} ms at {o.users} users")
+    parts = []
+    if outside:
+        parts.append(
+            "TTFT fitted is the engine's part: the client's less each request's time in flight outside the "
+            f"engine, by Little's law ({', '.join(outside)})"
+        )
+    if left_out:
+        parts.append(
+            f"TTFT left out of the fit for {', '.join(left_out)}: the time outside the engine (an API server's "
+            f"queue) took up over {1 - ENGINE_TTFT_MIN_SHARE:.0%} of it, or the engine's gauges were not read there"
+        )
+    return timed, "; ".join(parts)
 
 
 def client_gap(settings: SimSettings, observations: list[Observation]) -> tuple[float, str]:

@@ -46,7 +46,11 @@ def test_ttft_tpot_and_tps_match_the_upstreams_truth(tmp_path: Path) -> None:
     (step,) = report["steps"]
     assert step["complete"] and step["requests_failed"] == 0 and step["token_count_source"] == "usage"
     truth = upstream_truth(seen, report, step)
-    assert truth.num_requests >= 10 and abs(truth.num_requests - step["requests_ok"]) <= 1, (truth, step["requests_ok"])
+    # The upstream dates a request by its last write, the harness by its last read: at each edge of the
+    # window a user's request may fall on one side for one and on the other for the other. A user has one
+    # request in flight, and the users run in step (same schedule), so the counts differ by USERS at most.
+    assert truth.num_requests >= 10, truth
+    assert abs(truth.num_requests - step["requests_ok"]) <= USERS, (truth, step["requests_ok"])
     assert truth.num_tokens == {NUM_TOKENS}, truth
     assert within(step["ttft_ms"]["p50"], truth.ttft_ms), (step["ttft_ms"], truth)
     assert within(step["tpot_ms"]["p50"], truth.tpot_ms), (step["tpot_ms"], truth)
