@@ -37,7 +37,7 @@ def observation(
     )  # fmt: skip
 
 
-STARVED_RUN = Path(__file__).parents[2] / "fixtures" / "runs" / "vllm_starved"
+STARVED_RUN = Path(__file__).parents[2] / "fixtures" / "vllm_starved_run"
 STARVED = [  # users, output TPS, rps, TTFT mean (ms), vLLM's running gauge, the load generator's in-flight
     observation(1, 245.33, 7.667, 123.72, 0.0, 0.99),
     observation(4, 272.0, 8.5, 285.58, None, 2.5),  # every scrape of vLLM's /metrics timed out
@@ -70,7 +70,7 @@ def test_a_step_without_gauges_keeps_its_ttft_only_where_no_step_had_them() -> N
 
 
 def test_the_starved_vllm_run_fits_its_own_busiest_step() -> None:
-    """The run itself (tests/fixtures/runs/vllm_starved: its report.json, timeline.csv and settings.json),
+    """The run itself (tests/fixtures/vllm_starved_run: its report.json, timeline.csv and settings.json),
     in virtual time (0.5 s). The 1-user step cannot fit (one client gap for every load: 354 ms against its
     130-ms cycle); the 16-user step must, and the prefill cost is not fitted to the API server's TTFT."""
     runs = read_runs([STARVED_RUN])
@@ -82,5 +82,5 @@ def test_the_starved_vllm_run_fits_its_own_busiest_step() -> None:
     assert busiest.model.output_tps == pytest.approx(1418.67, rel=0.2), busiest.model
     assert "forward_per_prefill_token_ms" not in result.fitted
     notes = "\n".join(result.notes)
-    assert "TTFT left out of the fit for vllm_starved#0, vllm_starved#1, vllm_starved#2" in notes
+    assert "TTFT left out of the fit for vllm_starved_run#0, vllm_starved_run#1, vllm_starved_run#2" in notes
     assert all(math.isfinite(fit.model.output_tps) and fit.model.output_tps > 0 for fit in result.steps)
