@@ -71,6 +71,13 @@ class Report:
     num_fds: float
     num_tasks: float
     num_ejections: float  # backends taken out of the pool in the interval
+    num_streams: float = 0.0  # requests the gateway had in flight at its backends (the same scrape as num_tasks)
+
+    @property
+    def tasks_per_stream(self) -> float:
+        """Tasks alive per stream in flight: flat under any load (the number of streams in flight follows how
+        fast the clients turn around, which a busy machine changes), growing with a leak."""
+        return self.num_tasks / max(self.num_streams, 1.0)
 
     def line(self) -> str:
         t = self.tally
@@ -78,11 +85,13 @@ class Report:
         return (
             f"{self.end_s:7.0f} {t.num_requests:8d} {t.num_requests / max(t.span_s, 1e-9):7.1f} {t.num_good_failed:5d}"
             f" {t.num_bad_5xx:5d} {t.num_hung:5d} {self.rss_mb:8.1f} {self.num_fds:6.0f} {self.num_tasks:6.0f}"
-            f" {self.num_ejections:7.0f} {p50:8.1f} {p99:8.1f}"
+            f" {self.num_streams:7.0f} {self.num_ejections:7.0f} {p50:8.1f} {p99:8.1f}"
         )
 
 
-HEADER = "  end_s requests     rps  good_failed bad_5xx hung  rss_mb    fds  tasks ejected ttft_p50 ttft_p99 (ms)"
+HEADER = (
+    "  end_s requests     rps  good_failed bad_5xx hung  rss_mb    fds  tasks streams ejected ttft_p50 ttft_p99 (ms)"
+)
 
 
 @dataclass
@@ -106,28 +115,30 @@ def proc_num_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-async def scrape_gateway(session: aiohttp.ClientSession, url: str) -> tuple[float, float, float]:
-    """The gateway's asyncio tasks, its backend ejections so far (all backends and causes) and
-    its outlier ejections so far."""
+async def scrape_gateway(session: aiohttp.ClientSession, url: str) -> tuple[float, float, float, float]:
+    """The gateway's asyncio tasks, its backend ejections so far (all backends and causes), its
+    outlier ejections so far and its requests in flight at the backends."""
     async with session.get(url + "/metrics") as resp:
         page = await resp.text()
     return (
         sum_samples(page, "zerogap_event_loop_tasks") or 0.0,
         sum_samples(page, EJECTIONS) or 0.0,
         sum_samples(page, EJECTIONS, {"cause": "outlier"}) or 0.0,
+        sum_samples(page, "zerogap_backend_inflight") or 0.0,
     )
 
 
 async def sample(pid: int, url: str, until_s: float, samples: list[tuple[float, ...]]) -> None:
-    """(rss_mb, fds, tasks, ejections so far, outlier ejections so far) every second until until_s."""
+    """(rss_mb, fds, tasks, streams in flight, ejections so far, outlier ejections so far) every second
+    until until_s."""
     nan = float("nan")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while time.monotonic() < until_s:
             try:
-                num_tasks, num_ejections, num_outlier = await scrape_gateway(session, url)
+                num_tasks, num_ejections, num_outlier, num_streams = await scrape_gateway(session, url)
             except (aiohttp.ClientError, TimeoutError):
-                num_tasks, num_ejections, num_outlier = nan, nan, nan
-            samples.append((proc_rss_mb(pid), proc_num_fds(pid), num_tasks, num_ejections, num_outlier))
+                num_tasks, num_ejections, num_outlier, num_streams = nan, nan, nan, nan
+            samples.append((proc_rss_mb(pid), proc_num_fds(pid), num_tasks, num_streams, num_ejections, num_outlier))
             await asyncio.sleep(1.0)
 
 
@@ -176,11 +187,11 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvent
         done, tally, now_samples = tally, Tally(time.monotonic()), list(samples)
         samples.clear()
         done.span_s = time.monotonic() - done.start_s
-        rss, fds, tasks = (statistics.median(x) if x else 0.0 for x in list(zip(*now_samples, strict=True))[:3])
-        ejections = max((s[3] for s in now_samples if s[3] == s[3]), default=ejections_before)  # NaN: not read
-        outlier = max((s[4] for s in now_samples if s[4] == s[4]), default=result.num_outlier_ejections)
+        rss, fds, tasks, streams = (statistics.median(x) for x in list(zip(*now_samples, strict=True))[:4])
+        ejections = max((s[4] for s in now_samples if s[4] == s[4]), default=ejections_before)  # NaN: not read
+        outlier = max((s[5] for s in now_samples if s[5] == s[5]), default=result.num_outlier_ejections)
         result.num_outlier_ejections = max(result.num_outlier_ejections, outlier)
-        report = Report(next_s - t0_s, done, rss, fds, tasks, ejections - ejections_before)
+        report = Report(next_s - t0_s, done, rss, fds, tasks, ejections - ejections_before, streams)
         ejections_before = ejections
         result.reports.append(report)
         print(report.line(), flush=True)
@@ -210,7 +221,7 @@ def judge(opts: SoakOptions, result: SoakResult) -> None:
     after = [r for r in result.reports if r.end_s > opts.warmup_s] or result.reports[-1:]
     result.rss_growth = growth([r.rss_mb for r in after])
     result.fds_growth = growth([r.num_fds for r in after])
-    result.tasks_growth = growth([r.num_tasks for r in after])
+    result.tasks_growth = growth([r.tasks_per_stream for r in after])
     total = Tally(0.0)
     for r in result.reports:
         total.merge(r.tally)
@@ -229,7 +240,7 @@ def judge(opts: SoakOptions, result: SoakResult) -> None:
     print(
         f"\n{total.num_requests} requests ({total.summary()}); after the warm-up ({opts.warmup_s:g} s): "
         f"RSS x{1 + result.rss_growth:.3f}, open fds x{1 + result.fds_growth:.3f}, "
-        f"tasks x{1 + result.tasks_growth:.3f}, outlier ejections {result.num_outlier_ejections:.0f}"
+        f"tasks per stream x{1 + result.tasks_growth:.3f}, outlier ejections {result.num_outlier_ejections:.0f}"
     )
     print("targets: " + ("all held" if not result.failures else "MISSED: " + "; ".join(result.failures)))
 

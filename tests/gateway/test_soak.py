@@ -26,5 +26,8 @@ def test_soak_two_minutes() -> None:
     after = [r for r in result.reports if r.end_s > 40]
     # Two sockets a stream, plus idle keep-alive connections: a leak of one per request is thousands.
     assert max(r.num_fds for r in after) < 4 * CONCURRENCY + 64
-    assert max(r.num_tasks for r in after) < 3 * CONCURRENCY + 64
-    assert result.tasks_growth < 0.10
+    # Each client has one request in progress at most, and a request two tasks at most (uvicorn's and the
+    # stream's watch on its client), so the tasks stay under 2 per client plus the gateway's own (7-8
+    # measured) at any load; a leak passes that. (Their growth over the run is no measure: the requests
+    # in progress follow the clients' pace, which busy loops beside the run change: x1.12 with no leak.)
+    assert max(r.num_tasks for r in after) < 2 * CONCURRENCY + 32
