@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -57,10 +58,12 @@ def run_locust(
 
 def check_few_failed(result: subprocess.CompletedProcess[str], step: dict[str, Any], share: float) -> None:
     """At most `share` of the step's requests failed, and Locust's exit status agrees: 1 when one
-    failed, else 0 (a real engine on 2 busy cores drops a connection now and then)."""
+    failed in the step, or outside its window (its error report then lists it), else 0 (a real
+    engine on 2 busy cores drops a connection now and then)."""
     num_failed = step["requests_failed"]
     assert num_failed <= share * (step["requests_ok"] + num_failed), result.stderr[-3000:]
-    assert result.returncode == (1 if num_failed else 0), result.stderr[-3000:]
+    failed_in_run = num_failed > 0 or re.search(r"^\s*[1-9]\d*\s+POST ", result.stderr, re.MULTILINE) is not None
+    assert result.returncode == (1 if failed_in_run else 0), result.stderr[-3000:]
 
 
 def read_report(run_dir: Path) -> dict[str, Any]:

@@ -84,3 +84,15 @@ def test_the_starved_vllm_run_fits_its_own_busiest_step() -> None:
     notes = "\n".join(result.notes)
     assert "TTFT left out of the fit for vllm_starved_run#0, vllm_starved_run#1, vllm_starved_run#2" in notes
     assert all(math.isfinite(fit.model.output_tps) and fit.model.output_tps > 0 for fit in result.steps)
+
+
+def test_a_fit_never_prefers_a_model_that_finishes_nothing() -> None:
+    """Another starved run (tests/fixtures/vllm_starved_run2): 16 users made less TPS than 1 (the API
+    server capped it), and vLLM's bursts made the client's TPOT 0.01-0.21 ms. With a missing figure
+    cheaper than those errors, the fit took the engine to 128 ms per sequence, where no request ended
+    in any window: -99%, -100%, -100%. Every step must be modelled (the fit cannot match them all: the
+    model has no API server)."""
+    runs = read_runs([STARVED_RUN.with_name("vllm_starved_run2")])
+    result = calibrate(SimSettings(async_scheduling=False), runs.observations)
+    for fit in result.steps:
+        assert fit.model.output_tps > 0.1 * fit.observation.output_tps, (fit.observation.label, fit.model)

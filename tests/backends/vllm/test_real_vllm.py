@@ -149,6 +149,14 @@ def client_gone_total(pool: Pool) -> float:
     return metric(pool.gateway_url, "zerogap_requests_total", {"status": "499"}, absent=0.0)
 
 
+def gateway_statuses(pool: Pool) -> dict[str, float]:
+    """The gateway's answers by status (its zerogap_requests_total), for a failure's message."""
+    return {
+        status: metric(pool.gateway_url, "zerogap_requests_total", {"status": status}, absent=0.0)
+        for status in ("200", "499", "502", "503", "504")
+    }
+
+
 def chats_ended(pool: Pool) -> float:
     """Chat requests vLLM's API server has ended (its HTTP instrumentation counts one as its handler returns)."""
     return metric(pool.engine_url, "http_requests_total", {"handler": "/v1/chat/completions"}, absent=0.0)
@@ -214,7 +222,10 @@ def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
         assert client.error is None, client.error
         client.hang_up()
         hung_up = time.monotonic()
-        wait_until(lambda: client_gone_total(pool) > gone_before, "the gateway counted the client's leaving (499)", 120)
+        try:
+            wait_until(lambda: client_gone_total(pool) > gone_before, "the gateway counted the client's leaving", 120)
+        except AssertionError as exc:  # once beside two busy loops (2026-12-03): what the gateway had counted
+            raise AssertionError(f"{exc}; the gateway's answers so far: {gateway_statuses(pool)}") from None
         wait_until(lambda: chats_ended(pool) > ended_before, "vLLM's API server ended the request", 120)
         at_hang_up = settled_tokens(pool, hung_up) - before
     assert at_hang_up < MAX_TOKENS, f"all {MAX_TOKENS} tokens were made before the client left"
