@@ -149,6 +149,16 @@ def client_gone_total(pool: Pool) -> float:
     return metric(pool.gateway_url, "zerogap_requests_total", {"status": "499"}, absent=0.0)
 
 
+def tcp_states(server_port: int, client_port: int) -> list[str]:
+    """Each side's TCP state of the connection between the two loopback ports (for a failure's message)."""
+    states = []
+    for c in psutil.net_connections(kind="tcp"):
+        local, remote = (getattr(end, "port", None) for end in (c.laddr, c.raddr))
+        if {local, remote} == {server_port, client_port}:
+            states.append(f"{local}->{remote}: {c.status}")
+    return states
+
+
 def gateway_statuses(pool: Pool) -> dict[str, float]:
     """The gateway's answers by status (its zerogap_requests_total), for a failure's message."""
     return {
@@ -181,10 +191,13 @@ class FirstEvents(threading.Thread):
         self.conn: http.client.HTTPConnection | None = None
         self.response: http.client.HTTPResponse | None = None
         self.error: BaseException | None = None
+        self.local_port = 0
 
     def run(self) -> None:
         try:
             self.conn, self.response = stream(self.pool, MAX_TOKENS)
+            assert self.conn.sock is not None
+            self.local_port = self.conn.sock.getsockname()[1]
             received = events(self.response)
             for _ in range(5):
                 next(received)
@@ -225,7 +238,10 @@ def test_client_disconnect_frees_the_engine(pool: Pool) -> None:
         try:
             wait_until(lambda: client_gone_total(pool) > gone_before, "the gateway counted the client's leaving", 120)
         except AssertionError as exc:  # once beside two busy loops (2026-12-03): what the gateway had counted
-            raise AssertionError(f"{exc}; the gateway's answers so far: {gateway_statuses(pool)}") from None
+            raise AssertionError(
+                f"{exc}; the gateway's answers so far: {gateway_statuses(pool)}; the client's connection: "
+                f"{tcp_states(pool.gateway_port, client.local_port)}"
+            ) from None
         wait_until(lambda: chats_ended(pool) > ended_before, "vLLM's API server ended the request", 120)
         at_hang_up = settled_tokens(pool, hung_up) - before
     assert at_hang_up < MAX_TOKENS, f"all {MAX_TOKENS} tokens were made before the client left"
