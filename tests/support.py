@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from zerogap.commands import zerogap_command
@@ -22,3 +25,31 @@ def wait_until(predicate: Callable[[], object], what: str, timeout_s: float) -> 
     while not predicate():
         assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
         time.sleep(0.1)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A stand-in server's handler: answers with reply(), logs nothing."""
+
+    def reply(self, status: int, body: bytes, content_type: str | None = None) -> None:
+        self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free loopback port from a thread; yields the base URL; shut down at the end."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

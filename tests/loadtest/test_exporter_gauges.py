@@ -13,14 +13,13 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.helpers import LOCUST, write_settings
-from tests.support import REPO, wait_until
+from tests.support import REPO, QuietHandler, serving, wait_until
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
 
@@ -36,35 +35,24 @@ class HeldMetrics:
     def __init__(self) -> None:
         self.arrived = threading.Event()
         self.released = threading.Event()
+        self.url = ""
         held = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 held.arrived.set()
                 held.released.wait(WAIT_S)
-                body = f'zerogap_sim_gpu_busy_ratio{{model_name="m"}} {BUSY_RATIO}\n'.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(200, f'zerogap_sim_gpu_busy_ratio{{model_name="m"}} {BUSY_RATIO}\n'.encode(), "text/plain")
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serving = serving(Handler)
 
     def __enter__(self) -> HeldMetrics:
-        self.thread.start()
+        self.url = self._serving.__enter__() + "/metrics"
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self._serving.__exit__(None, None, None)
 
 
 def gauges(port: int) -> dict[str, float]:

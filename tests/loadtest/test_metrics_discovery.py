@@ -5,10 +5,8 @@ leaves none, with a line saying what to set. Real gateway and upstream servers o
 
 from __future__ import annotations
 
-import http.server
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +19,7 @@ from loadgen.sampler import DISCOVERY_TRIES, Sampler
 from loadreport.settings import MetricsSection, parse_settings
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, make_config
+from tests.support import QuietHandler, serving
 from zerogap.net import free_port
 
 METRICS_KEY = "metrics-discovery-key-31"
@@ -127,7 +126,7 @@ def slow_listing(metrics_url: str, num_slow: int, delay_s: float) -> Iterator[tu
     arrivals: list[float] = []
     body = json.dumps({"data": [{"name": "b0", "model": "m", "url": "", "metrics_url": metrics_url, "up": True}]})
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             if self.path != "/metrics/backends":  # the sampler's read of the gateway's own gauge
                 self.send_error(404)
@@ -135,24 +134,10 @@ def slow_listing(metrics_url: str, num_slow: int, delay_s: float) -> Iterator[tu
             arrivals.append(time.monotonic())
             if len(arrivals) <= num_slow:
                 time.sleep(delay_s)
-            data = body.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply(200, body.encode(), "application/json")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", arrivals
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, arrivals
 
 
 def test_a_gateway_slow_to_list_its_backends_is_asked_again(caplog: pytest.LogCaptureFixture) -> None:

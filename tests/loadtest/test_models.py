@@ -3,43 +3,29 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from loadgen.models import ModelChoiceError, choose_model
+from tests.support import QuietHandler, serving
 from zerogap.net import free_port
 
 
 @contextmanager
 def models_server(ids: list[str], status: int = 200) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             body = (
                 {"data": [{"id": i, "object": "model"} for i in ids]}
                 if status == 200
                 else {"error": {"message": "Invalid API key", "type": "auth", "param": None, "code": "invalid_api_key"}}
             )
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply(status, json.dumps(body).encode())
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/api"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url + "/api"
 
 
 def test_the_only_model_is_chosen() -> None:
