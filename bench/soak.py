@@ -71,7 +71,7 @@ class Report:
     num_fds: float
     num_tasks: float
     num_ejections: float  # backends taken out of the pool in the interval
-    num_streams: float = 0.0  # requests the gateway had in flight at its backends (the same scrape as num_tasks)
+    num_streams: float  # requests the gateway had in flight at its backends (the same scrape as num_tasks)
 
     @property
     def tasks_per_stream(self) -> float:

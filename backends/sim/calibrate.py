@@ -123,7 +123,8 @@ class _Objective:
         for o in observations:  # a run with several prompt lengths is one schedule per length
             runs.setdefault((o.run, o.prompt_tokens, o.output_tokens), []).append(o)
         self.schedules = [schedule_of(group, replicas) for group in runs.values()]
-        self.gauges_read = gauges_read(observations)
+        read = gauges_read(observations)  # the engine's part of each measured TTFT: data, fixed for the fit
+        self.ttft_targets = [engine_ttft_ms(o, o.ttft_fitted_ms, read) for o in observations]
         self.num_evaluations = 0
 
     def settings_at(self, x: Vector) -> SimSettings:
@@ -147,16 +148,14 @@ class _Objective:
 
     def __call__(self, x: Vector) -> Vector:
         out: list[float] = []
-        for o, p in zip(self.observations, self.predictions(x), strict=True):
+        for o, p, in_engine in zip(self.observations, self.predictions(x), self.ttft_targets, strict=True):
             w = 1.0 if o.steady else UNSTEADY_WEIGHT
             out.append(w * _log_ratio(p.output_tps, o.output_tps))
             if o.tpot_mean_ms is not None or o.tpot_p50_ms is not None:
                 tpot = (p.tpot_mean_ms, o.tpot_mean_ms) if o.tpot_mean_ms else (p.tpot_p50_ms, o.tpot_p50_ms or 0.0)
                 out.append(w * _log_ratio(*tpot))
-            model, measured = (p.ttft_mean_ms, o.ttft_mean_ms) if o.ttft_mean_ms else (p.ttft_p50_ms, o.ttft_p50_ms)
-            in_engine = engine_ttft_ms(o, measured, self.gauges_read)
-            if in_engine is not None:
-                out.append(w * TTFT_WEIGHT * _log_ratio(model, in_engine))
+            if in_engine is not None:  # the model's mean where the target is the measured mean, as above
+                out.append(w * TTFT_WEIGHT * _log_ratio(p.ttft_mean_ms if o.ttft_mean_ms else p.ttft_p50_ms, in_engine))
             if o.gpu_busy is not None:
                 out.append(w * _log_ratio(max(p.gpu_busy, 0.01), max(o.gpu_busy, 0.01)))
             if o.cpu_interval_ms is not None:

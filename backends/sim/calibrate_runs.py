@@ -50,16 +50,26 @@ class Observation:
     client_inflight_mean: float | None = None  # requests in flight at the load generator (sent, not wholly back)
 
     @property
+    def ttft_fitted_ms(self) -> float | None:
+        """The TTFT figure the fit matches: the mean, else the p50."""
+        return self.ttft_mean_ms or self.ttft_p50_ms
+
+    @property
+    def in_engine_mean(self) -> float | None:
+        """Requests the engine held (running + waiting, from its gauges); None where they were not read."""
+        return None if self.running_mean is None else self.running_mean + (self.waiting_mean or 0.0)
+
+    @property
     def outside_engine_ms(self) -> float | None:
         """Each request's time in flight but outside the engine (an API server's queue, HTTP), by Little's
         law: (requests in flight at the load generator - in the engine) / requests per second; 0 under
-        OUTSIDE_MIN of the users. None where the
-        engine's gauges were not read; without the load generator's figure (older reports) every user counts
-        as in flight, which also counts its turnaround."""
-        if self.running_mean is None or not self.rps:
+        OUTSIDE_MIN of the users. None where the engine's gauges were not read; without the load
+        generator's figure (older reports) every user counts as in flight, which also counts its turnaround."""
+        inside = self.in_engine_mean
+        if inside is None or not self.rps:
             return None
         in_flight = self.client_inflight_mean if self.client_inflight_mean is not None else float(self.users)
-        outside = in_flight - (self.running_mean + (self.waiting_mean or 0.0))
+        outside = in_flight - inside
         if outside < OUTSIDE_MIN * self.users:
             return 0.0  # the sampled gauges cannot tell so small a share from their own noise
         return 1000.0 * outside / self.rps

@@ -99,7 +99,7 @@ def _timed(observations: list[Observation]) -> tuple[list[Observation], str]:
     read = gauges_read(observations)
     timed, left_out, outside = [], [], []
     for o in observations:
-        measured = o.ttft_mean_ms or o.ttft_p50_ms
+        measured = o.ttft_fitted_ms
         if measured is None:
             continue
         if engine_ttft_ms(o, measured, read) is None:
@@ -133,9 +133,9 @@ def client_gap(settings: SimSettings, observations: list[Observation]) -> tuple[
     machine made the gap 13 s against a 0.36-s cycle, and the model finished nothing.)"""
     estimates = []
     for o in observations:
-        if o.running_mean is None or o.output_tps <= 0 or o.output_tokens <= 0:
+        inside = o.in_engine_mean
+        if inside is None or o.output_tps <= 0 or o.output_tokens <= 0:
             continue
-        inside = o.running_mean + (o.waiting_mean or 0.0)
         outside = (o.users - inside) / o.users
         if outside >= OUTSIDE_MIN and inside > 0:
             cycle_ms = 1000.0 * o.users * o.output_tokens / o.output_tps
