@@ -43,8 +43,9 @@ class QuietHandler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """`handler` served on a free loopback port from a thread; yields the base URL; shut down at the end."""
+def serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` (a handler class, or a partial of one) served on a free loopback port from a thread;
+    yields the base URL; shut down at the end."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -53,3 +54,4 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+        thread.join(5)

@@ -4,15 +4,15 @@ content only appears after its script ran (as Prometheus's console graphs do).""
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from tests.deploy.pictures import count_colour, ink_fraction, size
 from tests.render import RenderError, chromium_path, dump_dom, render_png
+from tests.support import serving
 from tests.tools import require_tool
 
 PAGE = """<!doctype html><html><body style="margin:0;background:#fff">
@@ -27,7 +27,7 @@ setTimeout(function () {
 </script></body></html>"""
 
 
-class QuietHandler(SimpleHTTPRequestHandler):
+class QuietFiles(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
@@ -36,15 +36,8 @@ class QuietHandler(SimpleHTTPRequestHandler):
 def site(tmp_path: Path) -> Iterator[str]:
     require_tool("chromium")
     (tmp_path / "page.html").write_text(PAGE)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(tmp_path)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/page.html"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(functools.partial(QuietFiles, directory=str(tmp_path))) as url:
+        yield url + "/page.html"
 
 
 def test_render_png_waits_for_scripts(site: str, tmp_path: Path) -> None:
