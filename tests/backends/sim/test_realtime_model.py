@@ -24,12 +24,18 @@ CONCURRENCY = 32
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 12
 DURATION_S = 6.0
+# The users' first requests spread over this long (about three steps): started together, 32
+# identical users stay in lockstep, and whether their burst lands just before or just after a
+# step boundary (a few ms on a busy machine) moves every TTFT by a step at once, in the served
+# sim and in the replay alike but not always on the same side.
+STAGGER_S = 0.6
 
 
 Served = list[list[tuple[list[int], StreamResult]]]  # per user, in order: (prompt ids, result)
 
 
-async def _user(session, url, rng, deadline, out):
+async def _user(session, url, rng, deadline, out, start_s):
+    await asyncio.sleep(start_s)
     while time.monotonic() < deadline:
         prompt = " ".join(rng.choice(words.WORDS) + str(rng.randrange(10**6)) for _ in range(PROMPT_TOKENS))
         body = {"prompt": prompt, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True}
@@ -43,7 +49,8 @@ async def _load(url: str) -> Served:
     deadline = time.monotonic() + DURATION_S
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
-        await asyncio.gather(*(_user(session, url, rng, deadline, served[u]) for u in range(CONCURRENCY)))
+        users = (_user(session, url, rng, deadline, served[u], u * STAGGER_S / CONCURRENCY) for u in range(CONCURRENCY))
+        await asyncio.gather(*users)
     return served
 
 
@@ -91,8 +98,8 @@ async def test_client_measured_ttft_and_tpot_match_the_model(scheduling):
     model_tpot = statistics.median(m.tpot_s or 0.0 for m in modelled.values())
     detail = f"ttft real {real_ttft:.4f} model {model_ttft:.4f}; tpot real {real_tpot:.4f} model {model_tpot:.4f}"
     print(detail)
-    # TTFT to 15%: a request's arrival is aligned to the next step by a real loop on a shared machine
-    # (CI measured +13% once, the loop late by a third of a step); the error this test is for, a
-    # served sim off its model (async vs sync hides or shows the interval: 3/8 of a step), is larger.
-    assert real_ttft == pytest.approx(model_ttft, rel=0.15), detail
+    # Both to 10%: staggered users read within 2% here, beside two busy loops and a second run;
+    # the error this test is for, a served sim off its model (async vs sync hides or shows the
+    # token interval: 3/8 of a step), is larger.
+    assert real_ttft == pytest.approx(model_ttft, rel=0.10), detail
     assert real_tpot == pytest.approx(model_tpot, rel=0.10), detail
