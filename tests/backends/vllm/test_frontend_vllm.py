@@ -33,6 +33,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 USERS = 32
 
 
+def at_engine(step: dict[str, Any]) -> float:
+    """The share of the users' requests the engine held (running + waiting)."""
+    engine = step["backend"]
+    return float(engine["running_mean"] + engine["waiting_mean"]) / step["concurrency"]
+
+
 def run(
     pool: Pool, tmp_path: Path, name: str, output_tokens: int, input_tokens: int = 16
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -63,8 +69,7 @@ def run(
     assert engine["running_mean"] is not None and engine["waiting_mean"] is not None, (
         f"{name}: the harness read no vLLM running/waiting gauge in the step ({engine}); it said: {said}"
     )
-    at_engine = (engine["running_mean"] + engine["waiting_mean"]) / USERS
-    print(f"{name}: {at_engine:.0%} of {USERS} users' requests at the engine, {engine}; {entry['limit']}")
+    print(f"{name}: {at_engine(step):.0%} of {USERS} users' requests at the engine, {engine}; {entry['limit']}")
     assert step["valid"], step
     return step, entry
 
@@ -77,7 +82,7 @@ def test_short_answers_are_held_by_the_api_server_long_ones_by_the_engine(vllm_p
     # the load generator had most users' requests in flight, and the engine few of them
     sent = short["client_inflight_mean"]
     assert sent is not None and sent > 0.5 * USERS, short
-    assert (engine["running_mean"] + engine["waiting_mean"]) / USERS < 0.4 and engine["waiting_mean"] < 1.0, engine
+    assert at_engine(short) < 0.4 and engine["waiting_mean"] < 1.0, engine
 
     long, passed = run(vllm_pool, tmp_path, "long", output_tokens=64, input_tokens=2000)
     assert passed["limit"] != "frontend", passed
@@ -85,6 +90,5 @@ def test_short_answers_are_held_by_the_api_server_long_ones_by_the_engine(vllm_p
     # most of them (85% quiet; with 256-token answers of short prompts, 50% from 2 scrapes beside two
     # busy loops: 0 and 32 running), against 1-20% in the short run:
     # the engine held 24 or more of the 32 at some scrape, and a larger share than in the short run
-    short_share = (short["backend"]["running_mean"] + short["backend"]["waiting_mean"]) / USERS
-    long_share = (engine["running_mean"] + engine["waiting_mean"]) / USERS
-    assert engine["running_max"] >= 0.75 * USERS and long_share > max(2 * short_share, 0.25), (short_share, engine)
+    short_share = at_engine(short)
+    assert engine["running_max"] >= 0.75 * USERS and at_engine(long) > max(2 * short_share, 0.25), (short_share, engine)

@@ -152,7 +152,7 @@ for line in sys.stdin:
 
 
 def thread_ids(pid: int) -> list[int]:
-    return [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+    return [thread.id for thread in psutil.Process(pid).threads()]
 
 
 @contextmanager
@@ -235,9 +235,8 @@ def asleep(pid: int) -> bool:
         if look:
             time.sleep(0.01)
         for tid in thread_ids(pid):
-            with suppress(FileNotFoundError):  # a thread that ended meanwhile
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-                if stat[stat.rindex(")") + 2] != "S":
+            with suppress(psutil.NoSuchProcess):  # a thread that ended meanwhile
+                if psutil.Process(tid).status() != psutil.STATUS_SLEEPING:
                     return False
     return True
 
