@@ -34,6 +34,7 @@ from loadgen.retry import with_retries
 from loadgen.run import Prompt, Run
 from loadgen.sampler import Sampler
 from loadgen.sampling import sample_cpu, sample_timeline
+from loadgen.spawn_pacer import SpawnPacer
 from loadgen.stopper import Stopper
 from loadgen.webui import ZerogapTab, ignored_form_values, live_rows, prefill_form
 from loadgen.workers import WorkerLink
@@ -67,6 +68,7 @@ class Harness:
         self.headers: dict[str, str] = {}
         self.base_url = ""
         self.run: Run | None = None
+        self.pacer = SpawnPacer(0.0, one_process=True)
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
 
     @property
@@ -92,6 +94,8 @@ class Harness:
             fail(str(exc))
             return
         self.settings, self.plan = settings, LoadSchedule.from_settings(settings.load_test)
+        spawn_rate = 0.0 if self.plan.open_loop else self.plan.spawn_rate  # open loop: the arrivals pace
+        self.pacer = SpawnPacer(spawn_rate, one_process=not self.is_worker)
         self.base_url = (environment.host or settings.api.base_url).rstrip("/")
         doubled = self.doubled_v1(environment)
         if doubled is not None:
@@ -194,6 +198,10 @@ class Harness:
         return StreamClient(
             self.base_url, api.path(), self.headers, api.connect_timeout_seconds, api.timeout_seconds, stream
         )
+
+    def wait_turn(self) -> None:
+        """A starting user's wait for its turn at the spawn rate (loadgen/spawn_pacer.py)."""
+        self.pacer.wait_turn()
 
     def new_session(self) -> Session | None:
         """A user's own prefix and conversation, for the shared-prefix and multi-turn workloads."""

@@ -79,7 +79,7 @@ class LoadTestSection(_Section):
     )
     step_duration_seconds: float = Field(180.0, gt=0)
     measure_last_seconds: float = Field(120.0, gt=0)
-    spawn_rate: float = Field(0.0, ge=0, description="users started per second; 0 = all at once")
+    spawn_rate: float = Field(0.0, ge=0, description="users started per second, one by one; 0 = all at once")
     seed: int | None = Field(None, description="open loop: seed of the arrival times (None: a new one each run)")
 
     @field_validator("steps")

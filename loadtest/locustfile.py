@@ -45,6 +45,7 @@ class LlmUser(User):
     def on_start(self) -> None:
         self.stream_client: StreamClient = HARNESS.new_client()
         self.session: Session | None = HARNESS.new_session()
+        HARNESS.wait_turn()  # Locust starts floor(spawn_rate) users at once: they start one by one
 
     def on_stop(self) -> None:
         self.stream_client.close()
