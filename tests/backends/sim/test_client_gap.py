@@ -31,3 +31,15 @@ def test_the_gap_is_the_share_of_the_cycle_outside_the_engine() -> None:
     assert client_gap(SimSettings(), [observation(4, 1000.0, 2.0, 100.0)])[0] == pytest.approx(64.0)
     # under 10% outside: the gauges cannot tell; the load generator's usual turnaround is assumed
     assert "assumed" in client_gap(SimSettings(), [observation(16, 1000.0, 14.5, 100.0)])[1]
+
+
+def test_a_gauge_that_read_0_puts_the_whole_cycle_outside() -> None:
+    """Real vLLM beside two busy loops (2026-12-03): 1 user at 517.33 tok/s of 32-token answers (a
+    61.9-ms cycle) and the engine's running gauge 0 at both scrapes. Left out, the gap was assumed
+    (1 ms) and calibrate's model made 2977 tok/s of this step (+475%)."""
+    gap_ms, note = client_gap(SimSettings(), [observation(1, 517.33, 0.0, 47.0)])
+    assert gap_ms == pytest.approx(1000 * 32 / 517.33, rel=1e-9)
+    assert "the engine held fewer requests than there were users" in note
+    # the median over the steps: 1, 4 and 16 users with the gauge at 0 (cycles 62, 218 and 830 ms)
+    steps = [observation(1, 517.33, 0.0, 47.0), observation(4, 586.67, 0.0, 135.2), observation(16, 616.61, 0.0, 417.6)]
+    assert client_gap(SimSettings(), steps)[0] == pytest.approx(1000 * 4 * 32 / 586.67, rel=1e-9)
