@@ -55,7 +55,10 @@ def _response_bytes(chat: bool = True) -> bytes:
     return head + body + b"0\r\n\r\n"
 
 
-class _Upstream(asyncio.Protocol):
+class CannedUpstream(asyncio.Protocol):
+    """Answers every completion request at once with the same canned stream (a public face: the
+    harness client's tests serve from it too)."""
+
     RESPONSE = _response_bytes()
     NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
@@ -84,7 +87,7 @@ class _Upstream(asyncio.Protocol):
 
 def serve(port: int) -> None:
     async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(_Upstream, "127.0.0.1", port)
+        server = await asyncio.get_running_loop().create_server(CannedUpstream, "127.0.0.1", port)
         async with server:
             await server.serve_forever()
 

@@ -90,7 +90,7 @@ def test_one_connection_is_kept_for_many_streams() -> None:
     import asyncio
     import threading
 
-    from bench.harness_throughput import _Upstream
+    from bench.harness_throughput import CannedUpstream
 
     connections: list[int] = []
 
@@ -107,7 +107,7 @@ def test_one_connection_is_kept_for_many_streams() -> None:
             else:
                 self.transport.write(data)
 
-    class Counting(_Upstream):
+    class Counting(CannedUpstream):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             connections.append(1)
             super().connection_made(transport)
