@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.keys.auto import open_store
@@ -117,6 +118,17 @@ def tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLDS[0], GC_THRESHOLDS[1], GC_THRESHOLDS[2])
 
 
+def refusal_counter(app: Any) -> Callable[[str], None]:
+    """Counts the HTTP limits' refusals in the app's metrics (the gateway is made at the app's start)."""
+
+    def count(reason: str) -> None:
+        gateway = getattr(app.state, "gateway", None)
+        if gateway is not None:
+            gateway.metrics.http_refused.labels(reason).inc()
+
+    return count
+
+
 def uvicorn_config(app: Any, config: Config, level: str) -> uvicorn.Config:
     """uvicorn's settings for the gateway: httptools with the [server] HTTP limits
     (gateway/http_limits.py), no WebSocket (the gateway has no WebSocket route)."""
@@ -131,7 +143,7 @@ def uvicorn_config(app: Any, config: Config, level: str) -> uvicorn.Config:
         host=s.host,
         port=s.port,
         loop="uvloop",
-        http=protocol_class(limits),
+        http=protocol_class(limits, refusal_counter(app)),
         ws="none",
         access_log=config.logging.access_log,
         log_level=level,

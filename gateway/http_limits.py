@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from asyncio import TimerHandle
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import httptools
@@ -58,6 +59,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of `limits` (see `protocol_class`)."""
 
     limits: ClassVar[HttpLimits] = HttpLimits()
+    on_refused: ClassVar[Callable[[str], None] | None] = None  # each refusal's reason (metrics)
 
     def __init__(
         self,
@@ -180,6 +182,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """Answer a request whose headers are complete with `error`, and close: now, or after the
         responses in flight (pipelined requests), as uvicorn queues a request (app swapped)."""
         self._refused = True
+        self._count(error.code)
         log.info("%s: %d, closing: %s", self._peer(), error.status, error.code)
         if self._idle():
             self.transport.write(self._response(error))
@@ -196,6 +199,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         are in flight (it was pipelined), close after them; what the client sends next is dropped."""
         self._refused = True
         self._cancel_timer()
+        self._count(error.code)
         log.info("%s: %d, closing: %s", self._peer(), error.status, error.code)
         if not self._idle():
             self._close_after_responses()
@@ -211,6 +215,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return
         self.cycle.keep_alive = False
         self.flow.pause_reading()
+
+    def _count(self, reason: str | None) -> None:
+        count = type(self).on_refused  # read from the class: a plain function, not bound to self
+        if count is not None:
+            count(reason or "other")
 
     def _response(self, error: ApiError) -> bytes:
         """The error as bytes on the wire, with uvicorn's default headers (server, date)."""
@@ -231,6 +240,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         began = self._header_bytes > 0 or self._exact_check  # a byte of this request came
+        self._count("header_timeout" if began else "silent_connection")
         log.log(logging.INFO if began else logging.DEBUG, "%s: closing: headers not complete in time", self._peer())
         if not self._idle():
             self._refused = True
@@ -250,6 +260,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
             return
         log.info("%s: closing: body not complete in time", self._peer())
+        self._count("body_timeout")
         cycle = self.cycle
         if cycle.response_started:
             self._close_after_responses()
@@ -312,11 +323,13 @@ def _answer(error: ApiError) -> ASGIApp:
     return answer
 
 
-def protocol_class(limits: HttpLimits) -> type[LimitedHttpProtocol]:
-    """The protocol class to give uvicorn.Config(http=...): uvicorn makes one per connection."""
+def protocol_class(limits: HttpLimits, on_refused: Callable[[str], None] | None = None) -> type[LimitedHttpProtocol]:
+    """The protocol class to give uvicorn.Config(http=...): uvicorn makes one per connection.
+    on_refused(reason) is called for each refusal (zerogap_http_refused_total{reason})."""
 
     class ConfiguredHttpProtocol(LimitedHttpProtocol):
         pass
 
     ConfiguredHttpProtocol.limits = limits
+    ConfiguredHttpProtocol.on_refused = on_refused
     return ConfiguredHttpProtocol

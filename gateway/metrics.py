@@ -164,6 +164,16 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.http_refused = Labeled(
+            Counter(
+                "zerogap_http_refused",
+                "Requests and connections the HTTP limits refused before the app ([server] max_header_bytes, "
+                "header_timeout_s, body_timeout_s, max_connections); reason: the error's code, or "
+                "silent_connection (no byte within header_timeout_s, closed without an answer)",
+                ["reason"],
+                registry=r,
+            )
+        )
         self.auth_throttled = Counter(
             "zerogap_auth_throttled",
             "Requests answered 429: their address failed authentication too often ([gateway].auth_failures_limit)",

@@ -5,6 +5,7 @@ real `zerogap gateway` process."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -99,6 +100,16 @@ def assert_error(raw: bytes, status: int, setting: str) -> None:
     assert response.headers["connection"] == "close"
 
 
+def refused(gateway: LimitedGateway, reason: str) -> float:
+    """zerogap_http_refused_total{reason} as GET /metrics shows it (0 before the first)."""
+    with Conn(gateway.port) as conn:
+        conn.sendall(request("GET", "/metrics"))
+        response = conn.read_response()
+    assert response.status == 200, response
+    found = re.search(rf'^zerogap_http_refused_total{{reason="{reason}"}} (\S+)$', response.body.decode(), re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 def test_an_endless_header_line_is_cut_near_the_limit(gateway: LimitedGateway) -> None:
     conn = Conn(gateway.port, sndbuf=SMALL_BUFFER_BYTES)
     sent = 0
@@ -119,6 +130,7 @@ def test_an_endless_header_line_is_cut_near_the_limit(gateway: LimitedGateway) -
 
 def test_a_header_section_over_the_limit_gets_431(gateway: LimitedGateway) -> None:
     padding = {f"X-Pad-{i}": "p" * 4000 for i in range(10)}  # 40 KB
+    before = refused(gateway, "headers_too_large")
     with Conn(gateway.port) as conn:
         try:
             conn.sendall(request("GET", "/health", padding))
@@ -126,6 +138,7 @@ def test_a_header_section_over_the_limit_gets_431(gateway: LimitedGateway) -> No
             pass
         raw, _ = conn.read_to_end()
     assert_error(raw, 431, "[server].max_header_bytes")
+    assert refused(gateway, "headers_too_large") == before + 1
 
 
 def test_a_large_legal_header_section_works_twice_on_one_connection(gateway: LimitedGateway) -> None:
@@ -157,12 +170,14 @@ def trickle(conn: Conn, began_s: float, piece: bytes = b"") -> tuple[bytes, floa
 
 
 def test_slowloris_headers_are_cut_with_408(gateway: LimitedGateway) -> None:
+    before = refused(gateway, "header_timeout")
     began_s = time.monotonic()  # the timer runs from the connection's start
     with Conn(gateway.port) as conn:
         conn.sendall(b"GET /health HTTP/1.1\r\n")
         raw, closed_s = trickle(conn, began_s)
     assert HEADER_TIMEOUT_S - CLOCK_SLACK_S <= closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
     assert_error(raw, 408, "[server].header_timeout_s")
+    assert refused(gateway, "header_timeout") == before + 1
 
 
 def test_slowloris_on_a_keep_alive_connection_is_cut(gateway: LimitedGateway) -> None:
@@ -207,10 +222,12 @@ def test_pipelined_requests_are_answered_before_a_refusal(gateway: LimitedGatewa
 
 
 def test_a_silent_connection_is_closed_without_an_answer(gateway: LimitedGateway) -> None:
+    before = refused(gateway, "silent_connection")
     began_s = time.monotonic()
     with Conn(gateway.port) as conn:
         raw, closed_s = conn.read_to_end()
     assert raw == b"" and HEADER_TIMEOUT_S - CLOCK_SLACK_S <= closed_s - began_s < HEADER_TIMEOUT_S + MARGIN_S
+    assert refused(gateway, "silent_connection") == before + 1
 
 
 def test_an_idle_keep_alive_connection_outlives_the_header_timeout(gateway: LimitedGateway) -> None:
@@ -224,12 +241,14 @@ def test_an_idle_keep_alive_connection_outlives_the_header_timeout(gateway: Limi
 
 def test_a_slow_body_gets_408(gateway: LimitedGateway) -> None:
     raw = chat_request(KEY)
+    before = refused(gateway, "body_timeout")
     with Conn(gateway.port) as conn:
         conn.sendall(raw[:-10])  # the headers and most of the body, then nothing
         began_s = time.monotonic()
         answer, closed_s = conn.read_to_end()
     assert BODY_TIMEOUT_S - CLOCK_SLACK_S <= closed_s - began_s < BODY_TIMEOUT_S + MARGIN_S
     assert_error(answer, 408, "[server].body_timeout_s")
+    assert refused(gateway, "body_timeout") == before + 1
 
 
 def test_a_slow_body_after_an_answer_is_cut(gateway: LimitedGateway) -> None:
@@ -270,6 +289,8 @@ def test_beyond_max_connections_a_request_gets_503(gateway: LimitedGateway) -> N
     deadline = time.monotonic() + 10
     while gateway.num_connections() and time.monotonic() < deadline:  # earlier tests' closes are done
         time.sleep(0.05)
+    before = refused(gateway, "too_many_connections")
+    assert _eventually(lambda: gateway.num_connections() == 0)  # the scrape's connection closed too
     held = [Conn(gateway.port) for _ in range(MAX_CONNECTIONS)]
     try:
         for conn in held:
@@ -288,6 +309,7 @@ def test_beyond_max_connections_a_request_gets_503(gateway: LimitedGateway) -> N
     finally:
         for conn in held:
             conn.close()
+    assert refused(gateway, "too_many_connections") == before + 1
 
 
 def _eventually(predicate: object, timeout_s: float = 10.0) -> bool:
