@@ -187,7 +187,7 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvent
         done, tally, now_samples = tally, Tally(time.monotonic()), list(samples)
         samples.clear()
         done.span_s = time.monotonic() - done.start_s
-        rss, fds, tasks, streams = (statistics.median(x) for x in list(zip(*now_samples, strict=True))[:4])
+        rss, fds, tasks, streams = (median_read(x) for x in list(zip(*now_samples, strict=True))[:4])
         ejections = max((s[4] for s in now_samples if s[4] == s[4]), default=ejections_before)  # NaN: not read
         outlier = max((s[5] for s in now_samples if s[5] == s[5]), default=result.num_outlier_ejections)
         result.num_outlier_ejections = max(result.num_outlier_ejections, outlier)
@@ -208,6 +208,13 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvent
     sampler.cancel()
     judge(opts, result)
     return result
+
+
+def median_read(values: tuple[float, ...]) -> float:
+    """The median of the samples that were read (a scrape that failed is NaN, and a NaN in
+    statistics.median's sort puts the median anywhere); NaN when none was."""
+    read = [v for v in values if v == v]
+    return statistics.median(read) if read else float("nan")
 
 
 def growth(values: list[float]) -> float:

@@ -3,15 +3,24 @@ bad one, no hung client. 128 streams (the bench itself takes 512; CI has 2 cores
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from bench.soak import GROWTH_LIMIT, SoakOptions, run_soak
-
-pytestmark = pytest.mark.slow
+from bench.soak import GROWTH_LIMIT, SoakOptions, median_read, run_soak
 
 CONCURRENCY = 128
+NAN = float("nan")
 
 
+def test_a_report_is_the_median_of_the_samples_read() -> None:
+    """A scrape that failed is NaN; statistics.median sorts it anywhere (3.0 and 4.5 here)."""
+    assert median_read((1.0, NAN, 5.0, 3.0, 7.0)) == 4.0
+    assert median_read((NAN, 9.0, 8.0, 1.0)) == 8.0
+    assert math.isnan(median_read((NAN, NAN)))
+
+
+@pytest.mark.slow
 def test_soak_two_minutes() -> None:
     result = run_soak(SoakOptions(CONCURRENCY, duration_s=120, report_s=10, warmup_s=40, interval_s=0.05))
     total = sum(r.tally.num_requests for r in result.reports)
