@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,8 +189,8 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvent
         samples.clear()
         done.span_s = time.monotonic() - done.start_s
         rss, fds, tasks, streams = (median_read(x) for x in list(zip(*now_samples, strict=True))[:4])
-        ejections = max((s[4] for s in now_samples if s[4] == s[4]), default=ejections_before)  # NaN: not read
-        outlier = max((s[5] for s in now_samples if s[5] == s[5]), default=result.num_outlier_ejections)
+        ejections = max(read([s[4] for s in now_samples]), default=ejections_before)
+        outlier = max(read([s[5] for s in now_samples]), default=result.num_outlier_ejections)
         result.num_outlier_ejections = max(result.num_outlier_ejections, outlier)
         report = Report(next_s - t0_s, done, rss, fds, tasks, ejections - ejections_before, streams)
         ejections_before = ejections
@@ -210,11 +211,16 @@ async def drive(opts: SoakOptions, gateway_pid: int, url: str, events: PoolEvent
     return result
 
 
-def median_read(values: tuple[float, ...]) -> float:
-    """The median of the samples that were read (a scrape that failed is NaN, and a NaN in
-    statistics.median's sort puts the median anywhere); NaN when none was."""
-    read = [v for v in values if v == v]
-    return statistics.median(read) if read else float("nan")
+def read(values: Sequence[float]) -> list[float]:
+    """The samples that were read: a scrape that failed is NaN (the only value not equal to itself)."""
+    return [v for v in values if v == v]
+
+
+def median_read(values: Sequence[float]) -> float:
+    """The median of the samples that were read (a NaN in statistics.median's sort puts the median
+    anywhere); NaN when none was."""
+    done = read(values)
+    return statistics.median(done) if done else float("nan")
 
 
 def growth(values: list[float]) -> float:
