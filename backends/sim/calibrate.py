@@ -154,8 +154,9 @@ class _Objective:
             if o.tpot_mean_ms is not None or o.tpot_p50_ms is not None:
                 tpot = (p.tpot_mean_ms, o.tpot_mean_ms) if o.tpot_mean_ms else (p.tpot_p50_ms, o.tpot_p50_ms or 0.0)
                 out.append(w * _log_ratio(*tpot))
-            if in_engine is not None:  # the model's mean where the target is the measured mean, as above
-                out.append(w * TTFT_WEIGHT * _log_ratio(p.ttft_mean_ms if o.ttft_mean_ms else p.ttft_p50_ms, in_engine))
+            if in_engine is not None:  # the engine's part, modelled and measured; the mean where it is measured
+                model = p.engine_ttft_mean_ms if o.ttft_mean_ms else p.engine_ttft_p50_ms
+                out.append(w * TTFT_WEIGHT * _log_ratio(model, in_engine))
             if o.gpu_busy is not None:
                 out.append(w * _log_ratio(max(p.gpu_busy, 0.01), max(o.gpu_busy, 0.01)))
             if o.cpu_interval_ms is not None:

@@ -23,7 +23,7 @@ from zerogap.config import ConfigError, load_config
 WRITTEN = (  # the [sim] fields FILE sets: the cost model and the KV cache
     "forward_fixed_ms", "forward_per_seq_ms", "forward_per_prefill_token_ms", "interval_fixed_ms",
     "interval_per_seq_ms", "interval_schedule_per_seq_ms", "interval_detokenize_per_seq_ms", "async_overhead_ms",
-    "client_gap_ms", "kv_cache_blocks", "block_size",
+    "client_gap_ms", "frontend_per_request_ms", "frontend_per_token_ms", "kv_cache_blocks", "block_size",
 )  # fmt: skip
 
 
@@ -115,11 +115,11 @@ def report_text(result: Calibration, num_runs: int, replicas: int, run_notes: li
         busy = "-" if o.gpu_busy is None else f"{o.gpu_busy:.1%} -> {m.gpu_busy:.1%}"
         lines.append(
             f"  {o.label:<14} {o.users:>5} {o.prompt_tokens:>6}  {_pair(o.output_tps, m.output_tps, '.0f'):<24} "
-            f"{_pair(o.tpot_p50_ms, m.tpot_p50_ms, '.2f'):<24} {_pair(ttft, m.ttft_p50_ms, '.1f'):<26} {busy}"
+            f"{_pair(o.tpot_p50_ms, m.tpot_p50_ms, '.2f'):<24} {_pair(ttft, m.engine_ttft_p50_ms, '.1f'):<26} {busy}"
             + ("" if o.steady else "  (TPS moved within the window: weighted half)")
         )
         for name, a, b in (("TPS", m.output_tps, o.output_tps), ("TPOT", m.tpot_p50_ms, o.tpot_p50_ms),
-                           ("TTFT", m.ttft_p50_ms, ttft)):  # fmt: skip
+                           ("TTFT", m.engine_ttft_p50_ms, ttft)):  # fmt: skip
             if a is not None and b:
                 worst[name] = max(worst.get(name, 0.0), abs(a / b - 1.0))
     lines.append("  * the engine's part: the client's TTFT less each request's time outside the engine; - left out")

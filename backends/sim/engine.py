@@ -5,7 +5,8 @@ cost), then the loop sleeps until the modelled end of the step and applies it: t
 step is recorded (steps.py: where its forward sat, the GPU's gap since the last one,
 its CPU work) and its tokens go to their requests' sinks. The next step is scheduled
 from the modelled boundary (no drift), so the step-loop lag (actual minus scheduled
-step start) measures whether this process keeps up.
+step start) measures whether this process keeps up. With an API server modelled ([sim]
+frontend_*), requests and tokens pass through it (outbox.py) on their way in and out.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import asyncio
 import time
 
 from backends.sim.core import EngineCore, ScheduledStep
+from backends.sim.frontend import Frontend
 from backends.sim.gcwatch import GcWatch
 from backends.sim.metrics import SimMetrics
+from backends.sim.outbox import Outbox
 from backends.sim.scheduler import TokenEvent
 from backends.sim.sequence import Sequence
 from backends.sim.settings import SimSettings
@@ -39,6 +42,8 @@ class RealtimeEngine:
         self.metrics = SimMetrics(settings.model, self.core, self.window)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        frontend = Frontend.of(settings)
+        self.outbox = None if frontend is None else Outbox(frontend, now_s, self.abort)
 
     def start(self) -> None:
         self.gc.__enter__()
@@ -53,6 +58,8 @@ class RealtimeEngine:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        if self.outbox is not None:
+            self.outbox.close()
         for sink in self.sinks.values():
             sink.close("abort")
         self.sinks.clear()
@@ -60,13 +67,21 @@ class RealtimeEngine:
     def submit(self, seq: Sequence) -> TokenSink:
         sink = TokenSink(seq)
         self.sinks[seq.seq_id] = sink
+        if self.outbox is None:
+            self._enter(seq)
+        else:
+            self.outbox.admit(seq, self._enter)
+        return sink
+
+    def _enter(self, seq: Sequence) -> None:
         self.core.add(seq)
         self._wakeup.set()
-        return sink
 
     def abort(self, seq: Sequence) -> None:
         """The client went away: free the slot and the blocks now."""
-        if not seq.finished:
+        if self.outbox is not None and self.outbox.drop(seq):
+            self.metrics.on_abort()  # still at the API server: the engine never saw it
+        elif not seq.finished:
             self.core.abort(seq)
             self.metrics.on_abort()
         sink = self.sinks.pop(seq.seq_id, None)
@@ -109,6 +124,7 @@ class RealtimeEngine:
         all the same, so the histogram is updated once per distinct value."""
         sinks = self.sinks
         metrics = self.metrics
+        outbox = self.outbox
         previous: dict[float, int] = {}
         for seq, token, finished in events:
             sink = sinks.get(seq.seq_id)
@@ -126,7 +142,9 @@ class RealtimeEngine:
                 del sinks[seq.seq_id]
                 reason = seq.finish_reason or "stop"
                 metrics.on_finish(t - seq.arrival_s, reason)
-            if not sink.push(token, reason):
+            if outbox is not None:
+                outbox.send(sink, token, reason, t)  # the client has it when the API server is done with it
+            elif not sink.push(token, reason):
                 self.abort(seq)
         for last, count in previous.items():
             metrics.itl.observe(t - last, count)

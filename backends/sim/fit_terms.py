@@ -75,8 +75,12 @@ def choose_terms(settings: SimSettings, observations: list[Observation]) -> Term
             f"split; fitted their sums, split as in CONFIG (fixed {c.forward_fixed_ms:g} : {c.interval_fixed_ms:g}, "
             f"per sequence {c.forward_per_seq_ms:g} : {sum(getattr(c, f) for f in per_seq):g})"
         )
-    gap, gap_note = client_gap(settings, observations)
+    server, server_note = api_server(settings, observations)
+    fixed |= server
+    gap, gap_note = client_gap(settings, observations, past_api_server=bool(server))
     fixed["client_gap_ms"] = gap
+    if server_note:
+        notes.append(server_note)
     if has_ttft:
         terms.append(Term(("forward_per_prefill_token_ms",)))
         if len(prompts) >= 2:
@@ -122,7 +126,55 @@ def _timed(observations: list[Observation]) -> tuple[list[Observation], str]:
     return timed, "; ".join(parts)
 
 
-def client_gap(settings: SimSettings, observations: list[Observation]) -> tuple[float, str]:
+def api_server(settings: SimSettings, observations: list[Observation]) -> tuple[dict[str, float], str]:
+    """The engine's API server (frontend.py) where the runs show requests in flight at the load
+    generator but not in the engine (its running + waiting gauges), OUTSIDE_MIN of the users or
+    more at some step; else none ({}).
+
+    A first-come-first-served server that takes s per request serves at most 1 / s requests per
+    second, so every step bounds s by 1 / its requests per second; s is the largest the steps
+    allow: the server saturated at the busiest step. A server that fast still makes every step's
+    throughput, and caps the loads beyond them. (Its time per token overlaps the request's time in
+    the engine, so the requests held outside show a server only where it falls behind: below that
+    they do not bound s. On 2 cores vLLM's API server made 683 and 688 tok/s at 8 and 32 users in
+    one run after 2,936 at 16 in the one before; a model without it predicted 17.9x.) One output
+    length cannot split s between the request and its tokens: split as in CONFIG, else all per
+    token (vLLM's server turns each token into an SSE event)."""
+    seen = []
+    busiest: Observation | None = None
+    for o in observations:
+        inside = o.in_engine_mean
+        if inside is None or o.client_inflight_mean is None or not o.rps:
+            continue
+        held = o.client_inflight_mean - inside
+        if held >= OUTSIDE_MIN * o.users:
+            seen.append(f"{held:.1f} of {o.users} at {o.label}")
+        if busiest is None or o.rps > (busiest.rps or 0.0):
+            busiest = o
+    if not seen or busiest is None or not busiest.rps:
+        return {}, ""
+    s_ms = 1000.0 / busiest.rps / settings.time_scale
+    c = settings.cost
+    tokens = busiest.output_tokens
+    config_ms = c.frontend_per_request_ms + c.frontend_per_token_ms * tokens
+    request_share = c.frontend_per_request_ms / config_ms if config_ms > 0 else 0.0
+    values = {
+        "frontend_per_request_ms": s_ms * request_share,
+        "frontend_per_token_ms": s_ms * (1.0 - request_share) / tokens,
+    }
+    split = "as in CONFIG" if config_ms > 0 else "all per token"
+    return values, (
+        f"API server: the engine held fewer requests than the load generator had in flight ({', '.join(seen)}); "
+        f"modelled as one first-come-first-served server taking {s_ms:.4g} ms per request of {tokens} tokens "
+        f"(frontend_per_request_ms {values['frontend_per_request_ms']:.4g}, frontend_per_token_ms "
+        f"{values['frontend_per_token_ms']:.4g}: {split}): saturated at {busiest.label}'s {busiest.rps:.4g} "
+        "requests per second, the most any step made (a faster server cannot be told from these runs)"
+    )
+
+
+def client_gap(
+    settings: SimSettings, observations: list[Observation], past_api_server: bool = False
+) -> tuple[float, str]:
     """The time a user's request spends outside the engine between two of its requests, by
     Little's law from the engine's own running + waiting counts where they show a share of
     the users outside it (the load generator, HTTP, an API server that holds requests);
@@ -133,24 +185,40 @@ def client_gap(settings: SimSettings, observations: list[Observation]) -> tuple[
     machine made the gap 13 s against a 0.36-s cycle, and the model finished nothing.) Where the
     gauges read 0 at every scrape (the tiny model's sub-ms steps on a starved machine), the whole
     cycle is outside the engine: left out, the gap was assumed 1 ms and the model predicted 5-35x
-    the TPS measured at the steps it was fitted to."""
+    the TPS measured at the steps it was fitted to. past_api_server: an API server is modelled
+    (api_server), which holds the requests in flight outside the engine; the gap is then the
+    share of the users the load generator did not have in flight."""
     estimates = []
     for o in observations:
-        inside = o.in_engine_mean
-        if inside is None or o.output_tps <= 0 or o.output_tokens <= 0:
+        if o.output_tps <= 0 or o.output_tokens <= 0:
             continue
-        outside = (o.users - inside) / o.users
-        if outside >= OUTSIDE_MIN:  # a gauge that read 0 puts the whole cycle outside: bounded by it
-            cycle_ms = 1000.0 * o.users * o.output_tokens / o.output_tps
-            estimates.append(cycle_ms * outside)
+        if past_api_server and o.client_inflight_mean is not None:
+            # the load generator's own count (from its requests, not sampled): no noise floor
+            outside = max(o.users - o.client_inflight_mean, 0.0) / o.users
+        elif o.in_engine_mean is not None:
+            outside = (o.users - o.in_engine_mean) / o.users
+            if outside < OUTSIDE_MIN:
+                continue  # a gauge that read 0 puts the whole cycle outside: bounded by it
+        else:
+            continue
+        cycle_ms = 1000.0 * o.users * o.output_tokens / o.output_tps
+        estimates.append(cycle_ms * outside)
     if estimates:
         estimates.sort()
         gap_ms = estimates[len(estimates) // 2]
+        if past_api_server:
+            held = (
+                "the load generator had fewer requests in flight than there were users "
+                f"(the median of {len(estimates)} step(s))"
+            )
+        else:
+            held = (
+                f"the engine held fewer requests than there were users (the median of {len(estimates)} step(s) with "
+                f"over {OUTSIDE_MIN:.0%} of them outside it: the load generator, HTTP, or an API server holding them)"
+            )
         return gap_ms / settings.time_scale, (
-            f"client_gap_ms {gap_ms / settings.time_scale:.4g}: the engine held fewer requests than there were "
-            f"users ({len(estimates)} step(s) with over {OUTSIDE_MIN:.0%} of them outside it: the load generator, "
-            "HTTP, or an API server holding requests); modelled as time between a user's requests (it is not in "
-            "the modelled TTFT)"
+            f"client_gap_ms {gap_ms / settings.time_scale:.4g}: {held}; modelled as time between a user's requests "
+            "(it is not in the modelled TTFT)"
         )
     gap = ASSUMED_CLIENT_GAP_MS / settings.time_scale
     return gap, (
@@ -182,14 +250,15 @@ def _per_seq_interval(settings: SimSettings, notes: list[str]) -> tuple[str, ...
 
 
 def base_values(settings: SimSettings) -> dict[str, float]:
-    """Each field's starting value: CONFIG's, or the default where CONFIG has 0 (a factor cannot move 0)."""
+    """Each field's starting value: CONFIG's, or the default where CONFIG has 0 (a factor cannot move 0).
+    The API server's costs stay as they are: 0 is no API server, and fit_terms sets them, never a factor."""
     defaults = SimSection()
     out: dict[str, float] = {}
     for name in SimSection.model_fields:
         if not name.endswith("_ms"):
             continue
         value = float(getattr(settings.cost, name))
-        if value <= 0:
+        if value <= 0 and not name.startswith("frontend_"):
             value = float(getattr(defaults, name)) or ASSUMED_CLIENT_GAP_MS / settings.time_scale
         out[name] = value
     return out

@@ -41,6 +41,8 @@ class Predicted:
     num_requests: int
     ttft_mean_ms: float | None = None
     tpot_mean_ms: float | None = None
+    engine_ttft_p50_ms: float | None = None  # from reaching the engine: the API server's time left out
+    engine_ttft_mean_ms: float | None = None
 
 
 def shares(users: int, replicas: int) -> list[int]:
@@ -91,9 +93,9 @@ def predict(settings: SimSettings, load: Load, replicas: int, window: Window, se
 
 
 def _add(tally: _Tally, run: VirtualRun, start: float, end: float, times: int) -> None:
+    tally.tokens += run.num_tokens_between(start, end) * times  # as the clients got them
     for s in run.steps:
         if start < s.end_s <= end:
-            tally.tokens += s.num_new_tokens * times
             tally.busy_s += s.forward_s * times
             tally.cpu_s += s.cpu_s * times
             tally.num_steps += times

@@ -78,9 +78,10 @@ def measure(run: VirtualRun, start_s: float, end_s: float) -> Predicted:
     steps = [s for s in run.steps if start_s <= s.end_s < end_s]
     ended = [r for r in run.requests if r.finish_s is not None and start_s <= r.finish_s < end_s]
     ttfts = [r.ttft_s for r in ended if r.ttft_s is not None]
+    engine_ttfts = [r.engine_ttft_s for r in ended if r.engine_ttft_s is not None]
     tpots = [r.tpot_s for r in ended if r.tpot_s is not None]
     return Predicted(
-        output_tps=sum(s.num_new_tokens for s in steps) / span,
+        output_tps=run.num_tokens_between(start_s, end_s) / span,
         ttft_p50_ms=1000.0 * float(np.percentile(ttfts, 50)) if ttfts else None,
         tpot_p50_ms=1000.0 * float(np.percentile(tpots, 50)) if tpots else None,
         gpu_busy=sum(s.forward_s for s in steps) / span,
@@ -89,6 +90,8 @@ def measure(run: VirtualRun, start_s: float, end_s: float) -> Predicted:
         num_requests=len(ended),
         ttft_mean_ms=1000.0 * float(np.mean(ttfts)) if ttfts else None,
         tpot_mean_ms=1000.0 * float(np.mean(tpots)) if tpots else None,
+        engine_ttft_p50_ms=1000.0 * float(np.percentile(engine_ttfts, 50)) if engine_ttfts else None,
+        engine_ttft_mean_ms=1000.0 * float(np.mean(engine_ttfts)) if engine_ttfts else None,
     )
 
 

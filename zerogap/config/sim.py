@@ -35,6 +35,15 @@ class SimSection(Section):
         description="virtual closed loops (sim plan, tune --virtual): the mean time from a response's end to the "
         "user's next request reaching the engine (load generator and HTTP); `zerogap sim calibrate` measures it",
     )
+    frontend_per_request_ms: float = Field(
+        0.0,
+        ge=0,
+        description="the engine's API server, one first-come-first-served server: its work per request before the "
+        "engine sees it (parse, chat template, tokenize); 0 with frontend_per_token_ms 0: no API server modelled",
+    )
+    frontend_per_token_ms: float = Field(
+        0.0, ge=0, description="the API server's work per token the engine makes (detokenize, one SSE event)"
+    )
     kv_cache_blocks: int = Field(16384, ge=1)
     block_size: int = Field(16, ge=1)
     enable_prefix_caching: bool = True

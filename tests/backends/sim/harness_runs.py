@@ -14,6 +14,7 @@ be tested on engines whose parameters are known.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,8 @@ def _samples(run: VirtualRun, load: Stepped) -> list[dict[str, float]]:
                 "busy": sum(s.forward_s for s in recent) / span,
                 "running": float(current.num_seqs) if current else 0.0,
                 "cpu_ms": 1000.0 * float(np.mean([s.cpu_s for s in recent])) if recent else 0.0,
-                "tokens": float(sum(s.num_new_tokens for s in run.steps if t - SAMPLE_S < s.end_s <= t)),
+                "tokens": float(run.num_tokens_between(t - SAMPLE_S, t)),
+                "in_flight": float(sum(r.arrival_s <= t < (r.finish_s or math.inf) for r in run.requests)),
             }
         )
         t += SAMPLE_S
@@ -102,11 +104,12 @@ def _step(
     end = load.warmup_s + (index + 1) * load.step_s
     start = end - load.measure_s
     ended = [r for r in run.requests if r.finish_s is not None and start <= r.finish_s < end]
-    tokens = sum(s.num_new_tokens for s in run.steps if start <= s.end_s < end)
+    tokens = run.num_tokens_between(start, end)
     prompt = sum(r.num_prompt_tokens for r in ended)
     inside = [s for s in samples if start <= s["t"] < end]
     busy = [100.0 * s["busy"] for s in inside]
     running = [s["running"] for s in inside]
+    in_flight = [s["in_flight"] for s in inside]
     return {
         "index": index,
         "concurrency": load.steps[index],
@@ -148,6 +151,7 @@ def _step(
             "max_num_seqs": settings.max_num_seqs,
             "num_samples": len(inside),
         },
+        "client_inflight_mean": float(np.mean(in_flight)) if in_flight else None,
         "prefix_cache_hit_rate": None,
         "not_collected": {},
     }
