@@ -15,7 +15,7 @@ from backends.sim.settings import SimSettings
 from backends.sim.stepped import Schedule, Step, measure_steps, simulate
 from backends.sim.testing import SimProcess, run_sim_process
 from backends.sim.virtual import closed_loop
-from tests.backends.sim._client import stream
+from tests.backends.sim._client import metrics, stream
 
 OUTPUT_TOKENS = 32
 FAST_ENGINE = {"forward_fixed_ms": 1.0, "forward_per_seq_ms": 0.01, "interval_fixed_ms": 0.5}
@@ -82,6 +82,10 @@ async def test_the_served_sim_delivers_at_the_servers_pace(slow_server: SimProce
             "ignore_eos": True}  # fmt: skip
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         result = await stream(session, f"{slow_server.url}/v1/chat/completions", body)
+        scraped = await metrics(session, slow_server.url)
     assert result.done and len(result.token_times_s) == 6
     for k, t in enumerate(result.token_times_s):
         assert t - result.sent_s >= 0.150 + 0.040 * (k + 1), (k, t - result.sent_s)
+    # the engine's own first token came after the server's 150 ms on the request, not at once
+    assert scraped["vllm:time_to_first_token_seconds_count"] == 1
+    assert scraped["vllm:time_to_first_token_seconds_sum"] >= 0.150
