@@ -4,6 +4,7 @@ in virtual time and in the served sim."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,3 +90,41 @@ async def test_the_served_sim_delivers_at_the_servers_pace(slow_server: SimProce
     # the engine's own first token came after the server's 150 ms on the request, not at once
     assert scraped["vllm:time_to_first_token_seconds_count"] == 1
     assert scraped["vllm:time_to_first_token_seconds_sum"] >= 0.150
+
+
+@pytest.fixture(scope="module")
+def parsing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    config = tmp_path_factory.mktemp("parsing") / "config.toml"
+    config.write_text("[sim]\nforward_fixed_ms = 1.0\nfrontend_per_request_ms = 1000.0\n")
+    with run_sim_process(model="sim-test", config=Path(config)) as process:
+        yield process
+
+
+async def test_a_client_that_leaves_while_its_request_is_parsed_never_reaches_the_engine(
+    parsing_server: SimProcess,
+) -> None:
+    """The first request leaves during its 1,000 ms at the API server: it is counted as aborted and
+    the engine never prefills it. A second request, parsed after it (so after the first's 1,000 ms
+    would have run out), is all the engine ever computed."""
+    url = parsing_server.url
+    label = '{model_name="sim-test"}'
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        body = {"model": "sim-test", "prompt": "one two three", "max_tokens": 4, "stream": True}
+        async with session.post(f"{url}/v1/completions", json=body) as response:
+            assert response.status == 200  # the headers; no token can come for 1,000 ms
+            response.close()
+        aborted = 'vllm:request_success_total{finished_reason="abort",model_name="sim-test"}'
+        for _ in range(200):  # the server notices the hang-up (its handler is cancelled)
+            if (await metrics(session, url)).get(aborted) == 1:
+                break
+            await asyncio.sleep(0.05)
+        second = {"model": "sim-test", "prompt": "four five", "max_tokens": 1}
+        async with session.post(f"{url}/v1/completions", json=second) as response:
+            usage = (await response.json())["usage"]
+        scraped = await metrics(session, url)
+    assert scraped[aborted] == 1
+    # every token the engine computed is the second request's: its prompt (whose step samples the first
+    # token) and a decode step per token after the first
+    computed = usage["prompt_tokens"] + usage["completion_tokens"] - 1
+    assert scraped[f"vllm:iteration_tokens_total_sum{label}"] == computed
+    assert scraped[f"vllm:generation_tokens_total{label}"] == usage["completion_tokens"] == 1
