@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal, get_args
 
-from gateway.idle import IdleWatch
+from gateway.idle import FirstByteWait, IdleWatch
 from gateway.pool import Backend
 from zerogap.net import public_url
 
@@ -26,14 +26,15 @@ CAUSES: tuple[Cause, ...] = get_args(Cause)
 
 
 class Flight:
-    __slots__ = ("backend", "grace_s", "peers", "retries_left", "stop", "timeout", "tried", "watch")
+    __slots__ = ("backend", "first_byte", "grace_s", "peers", "retries_left", "stop", "timeout", "tried", "watch")
 
     def __init__(self, backend: Backend, peers: list[Backend], tried: list[Backend], retries_left: int) -> None:
         self.backend = backend
         self.peers = peers  # the backends of its model
         self.tried = tried  # the backends this request tried (this one included)
         self.retries_left = retries_left
-        self.timeout: asyncio.Timeout | None = None  # set while waiting for the first byte
+        self.timeout: asyncio.Timeout | None = None  # set while waiting for the answer's head
+        self.first_byte: FirstByteWait | None = None  # set while a stream waits for its first byte
         self.watch: IdleWatch | None = None  # set while streaming
         self.stop: Why | None = None  # why the gateway ends this attempt
         self.grace_s = 0.0
@@ -54,6 +55,8 @@ class Flight:
             self.watch.shorten(grace_s)
         elif self.timeout is not None:
             _expire_now(self.timeout)
+        elif self.first_byte is not None:
+            self.first_byte.expire_now()
 
     def waiting(self, timeout: asyncio.Timeout) -> None:
         """The attempt waits for its first byte within `timeout`."""
@@ -61,9 +64,16 @@ class Flight:
         if self.stop is not None:
             _expire_now(timeout)
 
+    def waiting_for_first_byte(self, wait: FirstByteWait) -> None:
+        """A stream's head came; its pipe waits for the first byte until `wait` expires."""
+        self.timeout = None
+        self.first_byte = wait
+        if self.stop is not None:
+            wait.expire_now()
+
     def streaming(self, watch: IdleWatch) -> None:
         """The first byte came: from now on the stream's idle watch is what ends it."""
-        self.timeout = None
+        self.timeout = self.first_byte = None
         self.watch = watch
         if self.stop is not None:  # ended between the first byte and the stream's start
             watch.shorten(self.grace_s)

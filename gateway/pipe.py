@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 from gateway.asgi import Message, Send
 from gateway.chunk_writer import ChunkWriter, chunk_writer
 from gateway.errors import bare
-from gateway.idle import IdleWatch
+from gateway.exchange import SSE_HEADERS
+from gateway.idle import FirstByteWait, IdleWatch
 from gateway.sse import SseFilter
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
+    from gateway.flights import Flight
 
 
 class _Rest:
@@ -55,15 +57,36 @@ class _Rest:
 
 
 class Pipe:
-    """Relays the body of one streamed answer; the relay yields it, proxy._drive runs it with `send`."""
+    """Relays the body of one streamed answer; the relay yields it, proxy._drive runs it with `send`.
 
-    __slots__ = ("_backlog", "_error", "_flusher", "_message", "_send", "_write", "exchange", "filt", "resp", "watch")
+    It is handed the stream before its first byte: the first bytes for the client go out from the
+    callback that brought them, the response's head with them (unless a keep-alive sent it), with
+    no task woken in between. Until then nothing has reached the client from this attempt, so the
+    relay can still try another backend if it ends: `relayed` says whether anything went out, and
+    `first_byte.expired` whether the wait for it ran out (or the gateway ended it)."""
 
-    def __init__(self, resp: UpstreamResponse, filt: SseFilter, exchange: Exchange, watch: IdleWatch) -> None:
+    __slots__ = (
+        "_backlog", "_deadline_s", "_error", "_flusher", "_message", "_send", "_write", "exchange", "filt",
+        "first_byte", "flight", "relayed", "resp", "watch",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        resp: UpstreamResponse,
+        filt: SseFilter,
+        exchange: Exchange,
+        watch: IdleWatch,
+        flight: Flight,
+        first_byte_deadline_s: float,
+    ) -> None:
         self.resp = resp
         self.filt = filt
         self.exchange = exchange
         self.watch = watch
+        self.flight = flight
+        self.relayed = False  # bytes of this stream went to the client
+        self.first_byte: FirstByteWait | None = None  # set while run() waits for the first byte
+        self._deadline_s = first_byte_deadline_s  # time.monotonic(): [gateway].first_byte_timeout_s from the start
         self._error: BaseException | None = None  # what broke the stream (UpstreamError, or from send)
         self._send: Send | None = None
         self._write: ChunkWriter | None = None  # straight to the socket when send would do only that
@@ -76,6 +99,8 @@ class Pipe:
         UpstreamError from the backend, or what sending to the client raised)."""
         self._send = send
         self._write = chunk_writer(send)
+        self.first_byte = FirstByteWait(self._deadline_s, self.resp.close)
+        self.flight.waiting_for_first_byte(self.first_byte)
         try:
             await self.resp.pipe(self._on_data)
         except UpstreamError as exc:
@@ -84,6 +109,8 @@ class Pipe:
             if self._flusher is not None:
                 self._flusher.cancel()
             raise
+        finally:
+            self.first_byte.cancel()
         if self._flusher is not None:
             await self._flusher
         error, self._error = self._error, None
@@ -97,25 +124,49 @@ class Pipe:
         if self._backlog is not None:
             self._backlog.append(data)
             return
+        if not self.relayed and self._begin(data):
+            return
         write = self._write
         if write is not None and write(data):
             return
         message = self._message
         message["body"] = data
+        if self._step(message, []):
+            self._message = {"type": "http.response.body", "body": b"", "more_body": True}  # that one is in use
+
+    def _begin(self, data: bytes) -> bool:
+        """The stream's first bytes for the client: it is now relayed (its TTFT, no more keep-alives, the
+        idle watch from here on) and its head goes out first. True: data waits behind the head."""
+        self.relayed = True
+        exchange = self.exchange
+        exchange.first_s = self.watch.last_s
+        exchange.status = 200
+        exchange.replied = True
+        assert self.first_byte is not None
+        self.first_byte.cancel()
+        self.watch.arm()
+        self.flight.streaming(self.watch)
+        if not exchange.start_stream():
+            return False
+        return self._step({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS}, [data])
+
+    def _step(self, message: Message, then: list[bytes]) -> bool:
+        """Send message by stepping `send` by hand; True if it waits (the socket is full): then the
+        chunks in `then`, and those that come meanwhile, go after it, and reading pauses."""
         assert self._send is not None
         coro = self._send(message).__await__()
         try:
             pending = coro.send(None)
         except StopIteration:
-            return
+            return False
         except BaseException as exc:
             self._broken(exc)
-            return
-        self._message = {"type": "http.response.body", "body": b"", "more_body": True}  # that one is in use
-        self._backlog = []
+            return True
+        self._backlog = then
         self.resp.pause_reading()
         self._flusher = asyncio.ensure_future(self._finish(coro, pending))
         self._flusher.add_done_callback(self._flushed)
+        return True
 
     async def _finish(self, coro: Generator[Any, Any, None], pending: Any) -> None:
         await _Rest(coro, pending)

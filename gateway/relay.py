@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator
 
 from gateway import charging
 from gateway.errors import bare, error_body, error_message, sse_error
-from gateway.exchange import SSE_HEADERS, Exchange, Reply, json_reply
+from gateway.exchange import Exchange, Reply, json_reply
 from gateway.flights import Flight, Flights
 from gateway.idle import IdleWatch
 from gateway.limits import Limiter
@@ -98,6 +98,7 @@ class Relay:
                 exchange.backend = backend.name
                 backend.num_inflight += 1
                 flight = self.flights.open(backend, pool.backends, tried, self.settings.max_retries + 1 - len(tried))
+                first_byte_deadline_s = time.monotonic() + self.settings.first_byte_timeout_s
                 try:
                     try:
                         resp, first = await self._open(exchange, backend, flight)
@@ -111,18 +112,25 @@ class Relay:
                     failures.served()
                     if answer is not None:
                         yield answer
-                    else:  # closed here, not by the collector: its finally sets the charge, settled below
-                        stream = self._stream(exchange, resp, first, flight)
-                        try:
-                            outcome: BaseException | None = None
-                            while True:  # `yield from` for async generators: a pipe's outcome goes back in
-                                try:
-                                    item = await stream.asend(outcome)
-                                except StopAsyncIteration:
-                                    break
-                                outcome = yield item
-                        finally:
-                            await stream.aclose()
+                        return
+                    # closed here, not by the collector: its finally sets the charge, settled below
+                    stream = self._stream(exchange, resp, flight, first_byte_deadline_s)
+                    try:
+                        outcome: BaseException | None = None
+                        while True:  # `yield from` for async generators: a pipe's outcome goes back in
+                            try:
+                                item = await stream.asend(outcome)
+                            except StopAsyncIteration:
+                                break
+                            outcome = yield item
+                    except AttemptFailed as exc:  # the stream ended before its first byte: nothing was sent
+                        failure = bare(exc)
+                        self._upstream_error(exchange, backend, exc, failures)
+                        if not exc.retryable:
+                            break
+                        continue
+                    finally:
+                        await stream.aclose()
                     return
                 finally:
                     backend.num_inflight -= 1
@@ -174,8 +182,9 @@ class Relay:
         )
 
     async def _open(self, exchange: Exchange, backend: Backend, flight: Flight) -> tuple[UpstreamResponse, bytes]:
-        """The backend's answer and its first bytes (the whole body when it is not a stream),
-        within [gateway].first_byte_timeout_s, or until the backend leaves the pool (flight).
+        """The backend's answer, and its whole body when it is not a stream (a stream's first byte is
+        its pipe's to wait for), within [gateway].first_byte_timeout_s, or until the backend leaves
+        the pool (flight).
         Keep-alives meanwhile are the client side's business (proxy.serve), so this waits in
         line, without a task of its own."""
         headers = {"Content-Type": "application/json"}
@@ -193,7 +202,7 @@ class Relay:
                     try:
                         if resp.status != 200 or not exchange.call.stream:
                             return resp, await resp.read_all()
-                        return resp, await resp.read_chunk()
+                        return resp, b""  # a stream: its pipe waits for the first byte (_stream)
                     except BaseException:
                         resp.close()
                         raise
@@ -223,9 +232,6 @@ class Relay:
         """What to send for an answer that is not a stream to relay (None: relay the stream)."""
         status = resp.status
         if status == 200 and exchange.call.stream:
-            if not first:
-                resp.close()
-                raise AttemptFailed(502, "empty", f"Backend {backend.name} closed the stream before sending anything.")
             return None
         if status in RETRY_STATUSES:
             resp.close()
@@ -269,25 +275,20 @@ class Relay:
         exchange.charge = charging.of_body(exchange.call, answer)
         return json_reply(200, body)
 
-    async def _stream(self, exchange: Exchange, resp: UpstreamResponse, first: bytes, flight: Flight) -> Items:
-        exchange.first_s = time.monotonic()
-        exchange.status = 200
-        exchange.replied = True
+    async def _stream(self, exchange: Exchange, resp: UpstreamResponse, flight: Flight, deadline_s: float) -> Items:
+        """The stream, relayed by a Pipe from its first byte on (proxy._drive runs it and sends back
+        what broke it, if anything). Ended before its first byte, nothing reached the client: an
+        AttemptFailed, and the relay tries another backend."""
         clean = False
         call = exchange.call
         filt = SseFilter(shown_usage(call.client_wants_usage, call.client_wants_continuous_usage))
         idle_s = self.settings.idle_timeout_s
-        watch = IdleWatch(idle_s, resp.close)
-        flight.streaming(watch)
+        watch = IdleWatch(idle_s, resp.close, armed=False)  # armed by the pipe at the first byte
+        pipe = Pipe(resp, filt, exchange, watch, flight, deadline_s)
         try:
-            if exchange.start_stream():
-                yield Reply(200, SSE_HEADERS)
-            data = filt.feed(first)
-            if data:
-                yield data
-            # proxy._drive runs the pipe (the rest of the body goes to the client from here) and
-            # sends back what broke it, if anything
-            error = yield Pipe(resp, filt, exchange, watch)
+            error = yield pipe
+            if not pipe.relayed:
+                raise self._no_first_byte(flight, pipe, error)
             if error is None and watch.fired:
                 error = UpstreamError("idle", "idle timeout")
             if isinstance(error, UpstreamError):  # the backend broke the stream, or went quiet
@@ -305,8 +306,22 @@ class Relay:
             clean = True
         finally:
             watch.cancel()
-            exchange.charge = charging.of_stream(call, filt)  # what was relayed, however it ended
+            if pipe.relayed:
+                exchange.charge = charging.of_stream(call, filt)  # what was relayed, however it ended
             resp.release() if clean else resp.close()
+
+    def _no_first_byte(self, flight: Flight, pipe: Pipe, error: BaseException | None) -> AttemptFailed:
+        """Why a stream ended before its first byte (whatever came was no whole event)."""
+        name = flight.backend.name
+        if pipe.first_byte is not None and pipe.first_byte.expired:
+            if flight.stop is not None:
+                return self._stopped(flight.backend, flight)
+            timeout_s = self.settings.first_byte_timeout_s
+            message = f"Backend {name} sent nothing within {timeout_s} s ([gateway].first_byte_timeout_s)."
+            return AttemptFailed(504, "first_byte_timeout", message)
+        if isinstance(error, UpstreamError):
+            return AttemptFailed(502, error.reason, f"Backend {name} {error.failure}.", detail=error.detail)
+        return AttemptFailed(502, "empty", f"Backend {name} closed the stream before sending anything.")
 
     def _stream_broken(self, exchange: Exchange, flight: Flight, error: UpstreamError, idle: bool) -> bytes:
         if idle:

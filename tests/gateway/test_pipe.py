@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from gateway.asgi import Message
+from gateway.flights import Flight
 from gateway.http_client import HttpUpstream
 from gateway.idle import IdleWatch
 from gateway.pipe import Pipe
@@ -37,8 +39,11 @@ async def open_stream(url: str) -> tuple[HttpUpstream, UpstreamResponse, bytes]:
 
 def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
     filt = SseFilter(SHOW_ALL)
-    out: Any = SimpleNamespace(last_s=None)  # the pipe only stamps the last chunk's time on it
-    return Pipe(resp, filt, out, IdleWatch(30, resp.close)), filt, out
+    # what the pipe touches of the exchange: the times, the status, and whether the head is its to send
+    out: Any = SimpleNamespace(last_s=None, first_s=None, status=0, replied=False, start_stream=lambda: False)
+    flight = Flight(SimpleNamespace(name="b0"), [], [], 0)  # type: ignore[arg-type]
+    deadline_s = time.monotonic() + 30
+    return Pipe(resp, filt, out, IdleWatch(30, resp.close, armed=False), flight, deadline_s), filt, out
 
 
 BURST = 20  # tokens the backend writes, unread, while a send waits

@@ -90,6 +90,38 @@ async def test_retry_on_another_backend_before_first_byte(tmp_path) -> None:
     assert metric(text, "zerogap_upstream_errors_total", backend="bad", status="503") == 2
 
 
+async def test_a_stream_that_ends_before_its_first_byte_is_retried_elsewhere(tmp_path) -> None:
+    """The stream's head came (200), then the backend hung up before its first event: nothing went
+    to the client yet, so another backend is tried, and the client gets a whole stream."""
+    body = {"model": "m", "prompt": "hi", "stream": True, "max_tokens": 4}
+    with UpstreamServer(Behavior(close_after_tokens=0), model="m") as bad, UpstreamServer(model="m") as good:
+        config = make_config(tmp_path, [("bad", bad.url, "m"), ("good", good.url, "m")], {"routing": "round_robin"})
+        with GatewayServer(config) as gs:
+            results = [await post(gs.url + "/v1/completions", body, auth()) for _ in range(4)]
+            _, text = await get(gs.url + "/metrics")
+    for status, _, raw in results:
+        evs = events(raw)
+        assert status == 200 and evs[-1] == "[DONE]" and not any('"error"' in e for e in evs), raw[-300:]
+        assert "".join(json.loads(e)["choices"][0]["text"] for e in evs[:-1] if json.loads(e)["choices"]) != ""
+    assert len(bad.requests) == 2 and len(good.requests) == 4
+    assert metric(text, "zerogap_retries_total", backend="good") == 2
+    assert metric(text, "zerogap_upstream_errors_total", backend="bad") == 2
+
+
+async def test_a_stream_whose_first_byte_never_comes_gets_a_504(tmp_path) -> None:
+    """The head came at once, the first token would take 5 s: after first_byte_timeout_s (0.4 s)
+    the client gets a 504 (not a started stream: nothing went to it) and the backend's request
+    is closed."""
+    settings = {"first_byte_timeout_s": 0.4, "keepalive_interval_s": 10, "max_retries": 0}
+    with UpstreamServer(Behavior(ttft_s=5), model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], settings)) as gs:
+            status, _, raw = await post(gs.url + "/v1/chat/completions", chat_body(), auth())
+            assert await wait_until(lambda: up.requests[0].disconnected, 2)
+            _, text = await get(gs.url + "/metrics")
+    assert status == 504 and "first_byte_timeout_s" in error_of(raw)["message"]
+    assert metric(text, "zerogap_upstream_errors_total", backend="b0", status="first_byte_timeout") == 1
+
+
 async def test_all_backends_failing_gives_502_and_4xx_passes_through(tmp_path) -> None:
     with UpstreamServer(Behavior(fail_status=500), model="m") as up:
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], {"max_retries": 3})) as gs:
