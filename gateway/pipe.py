@@ -151,8 +151,9 @@ class Pipe:
         return self._step({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS}, [data])
 
     def _step(self, message: Message, then: list[bytes]) -> bool:
-        """Send message by stepping `send` by hand; True if it waits (the socket is full): then the
-        chunks in `then`, and those that come meanwhile, go after it, and reading pauses."""
+        """Send message by stepping `send` by hand; True if it did not finish: it broke the stream, or
+        it waits (the socket is full), and then the chunks in `then` and those that come meanwhile go
+        after it, and reading pauses."""
         assert self._send is not None
         coro = self._send(message).__await__()
         try:
