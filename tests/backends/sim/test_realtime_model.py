@@ -43,15 +43,32 @@ async def _user(session, url, rng, deadline, out, start_s):
         out.append((words.tokenize(prompt), result))
 
 
-async def _load(url: str) -> Served:
+PROBE_S = 0.005  # the client's lag probe: how late a sleep this long wakes up
+
+
+async def _probe(deadline: float, lags: list[float]) -> None:
+    """How late the client's own event loop wakes (a starved machine delays its clock readings)."""
+    while time.monotonic() < deadline:
+        t = time.monotonic()
+        await asyncio.sleep(PROBE_S)
+        lags.append(time.monotonic() - t - PROBE_S)
+
+
+async def _load(url: str) -> tuple[Served, float]:
+    """The users' requests and results, and how late the machine let the client and the sim run:
+    the client's wake-up lag p90 plus the sim.s own step-loop lag p90 (its /sim/stats), in seconds."""
     served: Served = [[] for _ in range(CONCURRENCY)]
     rng = random.Random(7)
     deadline = time.monotonic() + DURATION_S
     connector = aiohttp.TCPConnector(limit=0)
+    lags: list[float] = []
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
-        users = (_user(session, url, rng, deadline, served[u], u * STAGGER_S / CONCURRENCY) for u in range(CONCURRENCY))
-        await asyncio.gather(*users)
-    return served
+        users = [_user(session, url, rng, deadline, served[u], u * STAGGER_S / CONCURRENCY) for u in range(CONCURRENCY)]
+        await asyncio.gather(_probe(deadline, lags), *users)
+        async with session.get(f"{url}/sim/stats") as response:
+            sim_lag_s = (await response.json())["step_lag_ms"]["p90"] / 1000.0
+    client_lag_s = statistics.quantiles(lags, n=10)[-1] if len(lags) >= 10 else 0.0
+    return served, client_lag_s + sim_lag_s
 
 
 def _replay(settings: SimSettings, served: Served) -> dict[tuple[int, int], VirtualRequest]:
@@ -82,7 +99,7 @@ async def test_client_measured_ttft_and_tpot_match_the_model(scheduling):
     mode, reuse = scheduling
     args = ("--time-scale", str(TIME_SCALE), "--scheduling", mode, reuse)
     with run_sim_process(*args) as sim:
-        served = await _load(sim.url)
+        served, lag_s = await _load(sim.url)
     settings = SimSettings().with_flags(
         async_scheduling=mode == "async", slot_reuse=reuse == "--slot-reuse", time_scale=TIME_SCALE
     )
@@ -96,10 +113,15 @@ async def test_client_measured_ttft_and_tpot_match_the_model(scheduling):
     real_tpot = statistics.median(r.tpot_s for r in real.values())
     model_ttft = statistics.median(m.ttft_s or 0.0 for m in modelled.values())
     model_tpot = statistics.median(m.tpot_s or 0.0 for m in modelled.values())
-    detail = f"ttft real {real_ttft:.4f} model {model_ttft:.4f}; tpot real {real_tpot:.4f} model {model_tpot:.4f}"
+    detail = (
+        f"ttft real {real_ttft:.4f} model {model_ttft:.4f}; tpot real {real_tpot:.4f} model {model_tpot:.4f}; "
+        f"lag {lag_s:.4f}"
+    )
     print(detail)
-    # Both to 10%: staggered users read within 2% here, beside two busy loops and a second run;
-    # the error this test is for, a served sim off its model (async vs sync hides or shows the
-    # token interval: 3/8 of a step), is larger.
-    assert real_ttft == pytest.approx(model_ttft, rel=0.10), detail
-    assert real_tpot == pytest.approx(model_tpot, rel=0.10), detail
+    # Both to 10%, plus the lag the machine put on the clocks (the client's wake-ups and the sim's
+    # steps, p90): staggered users read within 2% here on a quiet machine; beside two busy loops and
+    # three other test workers TTFT once read +16% (67 ms on 0.42 s). The error this test is for, a
+    # served sim off its model (async vs sync hides or shows the token interval: 3/8 of a step, 75 ms),
+    # is larger than the bound wherever the lag is under a step's quarter.
+    assert abs(real_ttft - model_ttft) <= 0.10 * model_ttft + lag_s, detail
+    assert abs(real_tpot - model_tpot) <= 0.10 * model_tpot + lag_s, detail

