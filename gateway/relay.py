@@ -103,35 +103,29 @@ class Relay:
                     try:
                         resp, first = await self._open(exchange, backend, flight)
                         answer = self._answer(exchange, backend, resp, first)
-                    except AttemptFailed as exc:
-                        failure = bare(exc)
-                        self._upstream_error(exchange, backend, exc, failures)
-                        if not exc.retryable:
-                            break
-                        continue
-                    failures.served()
-                    if answer is not None:
-                        yield answer
+                        failures.served()
+                        if answer is not None:
+                            yield answer
+                            return
+                        # closed here, not by the collector: its finally sets the charge, settled below
+                        stream = self._stream(exchange, resp, flight, first_byte_deadline_s)
+                        try:
+                            outcome: BaseException | None = None
+                            while True:  # `yield from` for async generators: a pipe's outcome goes back in
+                                try:
+                                    item = await stream.asend(outcome)
+                                except StopAsyncIteration:
+                                    break
+                                outcome = yield item
+                        finally:
+                            await stream.aclose()
                         return
-                    # closed here, not by the collector: its finally sets the charge, settled below
-                    stream = self._stream(exchange, resp, flight, first_byte_deadline_s)
-                    try:
-                        outcome: BaseException | None = None
-                        while True:  # `yield from` for async generators: a pipe's outcome goes back in
-                            try:
-                                item = await stream.asend(outcome)
-                            except StopAsyncIteration:
-                                break
-                            outcome = yield item
-                    except AttemptFailed as exc:  # the stream ended before its first byte: nothing was sent
+                    except AttemptFailed as exc:  # before the first byte (the head, or a stream that ended first)
                         failure = bare(exc)
                         self._upstream_error(exchange, backend, exc, failures)
                         if not exc.retryable:
                             break
                         continue
-                    finally:
-                        await stream.aclose()
-                    return
                 finally:
                     backend.num_inflight -= 1
                     self.flights.close(flight)
