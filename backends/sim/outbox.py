@@ -31,7 +31,8 @@ class Outbox:
 
     def admit(self, seq: Sequence, enter: Callable[[Sequence], None]) -> None:
         """enter(seq) once the server has parsed the request (now, if it is idle and costs nothing)."""
-        delay = self.frontend.admit(self.clock()) - self.clock()
+        now = self.clock()
+        delay = self.frontend.admit(now) - now
         if delay <= 0:
             enter(seq)
             return

@@ -90,9 +90,9 @@ class VirtualEngine:
     def run(self, arrivals: list[Arrival], until_s: float, on_finish: OnFinish | None = None) -> VirtualRun:
         """Run until until_s of virtual time, or until no work and no arrival is left."""
         run = VirtualRun(delivered_s=None if self.frontend is None else [])
-        sent: list[tuple[float, int, Arrival]] = [(a.t_s, next(self._order), a) for a in arrivals]
+        sent: list[_Queued] = [(a.t_s, next(self._order), a) for a in arrivals]
         heapq.heapify(sent)
-        parsed: list[tuple[float, int, Arrival]] = []  # past the API server, by when they reach the engine
+        parsed: list[_Queued] = []  # past the API server, by when they reach the engine
         live: dict[int, VirtualRequest] = {}
         timeline = StepTimeline()
         clock = 0.0
