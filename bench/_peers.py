@@ -23,7 +23,7 @@ from pathlib import Path
 PEERS_VENV = Path(os.environ.get("ZEROGAP_BENCH_PEERS", Path.home() / ".cache" / "zerogap" / "bench-peers"))
 NGINX_INSTALL = "apt-get install -y nginx-light (or scripts/setup-system)"
 
-NGINX_CONF = """worker_processes 1;
+NGINX_CONF = """worker_processes {num_workers};
 daemon off;
 pid {tmp}/nginx.pid;
 error_log {tmp}/error.log warn;
@@ -35,7 +35,7 @@ http {{
     fastcgi_temp_path {tmp}/fastcgi;
     upstream up {{ server 127.0.0.1:{up_port}; keepalive 1024; }}
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen 127.0.0.1:{port} backlog=4096{reuseport};
         location / {{
             proxy_pass http://up;
             proxy_http_version 1.1;
@@ -89,9 +89,13 @@ def find_nginx() -> str | None:
     return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
 
 
-def nginx_command(nginx: str, tmp: Path, port: int, up_port: int) -> list[str]:
+def nginx_command(nginx: str, tmp: Path, port: int, up_port: int, num_workers: int = 1) -> list[str]:
+    """nginx as a streaming proxy to the upstream; with more than one worker, each has its own
+    listening socket (reuseport), so that the kernel spreads the connections over them."""
     tmp.mkdir()
-    (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, up_port=up_port, port=port))
+    reuseport = " reuseport" if num_workers > 1 else ""
+    conf = NGINX_CONF.format(tmp=tmp, up_port=up_port, port=port, num_workers=num_workers, reuseport=reuseport)
+    (tmp / "nginx.conf").write_text(conf)
     return [nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")]
 
 

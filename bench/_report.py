@@ -8,12 +8,13 @@ import json
 import statistics
 from typing import Any
 
-RELAY_PROCESS = {k: k for k in ("gateway", "nginx", "vllm-router", "sglang-router", "workers2", "baseline")} | {
-    "direct": "upstream"
-}
+RELAY_PROCESS = {
+    k: k for k in ("gateway", "nginx", "vllm-router", "sglang-router", "workers2", "nginx2", "baseline")
+} | {"direct": "upstream"}
 RELAYS = [k for k in RELAY_PROCESS if k != "direct"]
 AT_LIMIT = 0.9  # share of one core (per process) from which a process counts as the bottleneck
-NUM_PROCESSES = {"workers2": 2}
+NUM_PROCESSES = {"workers2": 2, "nginx2": 2}
+TWO_WORKERS = {"workers2": "gateway", "nginx2": "nginx"}  # a relay with 2 worker processes, and its 1-worker self
 
 
 def pct(values: list[float], q: float) -> float:
@@ -68,13 +69,13 @@ def figures(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
             add("gateway_vs_nginx.tps_ratio", g["tps"] / n["tps"])
             add("gateway_vs_nginx.added_ttft_p50_ms", 1000 * (pct(g["ttft_s"], 0.5) - pct(n["ttft_s"], 0.5)))
             add("gateway_vs_nginx.cpu_per_token_ratio", cpu_us_per_token(g, "gateway") / cpu_us_per_token(n, "nginx"))
-        if (w := kinds.get("workers2")) and g:
-            add("workers2_vs_gateway.tps_ratio", w["tps"] / g["tps"])
-            ratio = cpu_us_per_token(w, "workers2") / cpu_us_per_token(g, "gateway")
-            add("workers2_vs_gateway.cpu_per_token_ratio", ratio)
-            shares = [v for k, v in w["cpu"].items() if k.startswith("workers2.w")]
-            if shares and sum(shares) > 0:
-                add("workers2.busiest_worker_share", max(shares) / sum(shares))
+        for two, one in TWO_WORKERS.items():
+            if (w := kinds.get(two)) and (o := kinds.get(one)):
+                add(f"{two}_vs_{one}.tps_ratio", w["tps"] / o["tps"])
+                add(f"{two}_vs_{one}.cpu_per_token_ratio", cpu_us_per_token(w, two) / cpu_us_per_token(o, one))
+                shares = [v for k, v in w["cpu"].items() if k.startswith(f"{two}.w")]
+                if shares and sum(shares) > 0:
+                    add(f"{two}.busiest_worker_share", max(shares) / sum(shares))
         if (b := kinds.get("baseline")) and g:
             add(
                 "gateway_vs_baseline.cpu_per_token_ratio",
@@ -111,9 +112,10 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
         unit = " ms" if key.endswith("_ms") else "x"
         summary[key] = spread(f[key], unit, 2 if unit == " ms" else 3)
         print(f"  {key:<40} {summary[key]}")
-    if "workers2.busiest_worker_share" in f:
-        summary["workers2.busiest_worker_share"] = spread(f["workers2.busiest_worker_share"], "", 2)
-        print(f"  {'workers2.busiest_worker_share':<40} {summary['workers2.busiest_worker_share']} (of the CPU)")
+    for two in TWO_WORKERS:
+        if (key := f"{two}.busiest_worker_share") in f:
+            summary[key] = spread(f[key], "", 2)
+            print(f"  {key:<40} {summary[key]} (of the CPU)")
     for k in kinds:
         summary[f"{k}.cpu_us_per_token"] = spread(f[f"{k}.cpu_us_per_token"], " us", 1)
         summary[f"{k}.tps"] = spread(f[f"{k}.tps"], " tok/s", 0)

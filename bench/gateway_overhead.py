@@ -19,7 +19,9 @@ Two modes, both by default (`--mode fixed|saturate|both`):
   workers   (not in `both`) as saturate, one gateway process vs `--workers 2`, no peers:
             the tokens/s ratio (it needs 2 free cores beside the upstream and the load
             generator). `--peers workers2` puts `--workers 2` beside one process in `fixed`
-            instead: CPU per token at the same load, and each worker's share of the CPU.
+            instead: CPU per token at the same load, and each worker's share of the CPU;
+            `--peers nginx,nginx2` does the same for nginx (2 workers, reuseport): what a
+            second worker process costs a relay written in C on the same machine and load.
 `--peers` chooses the peers (default: nginx and both routers, those installed or installable).
 `--baseline DIR` adds a gateway run from another source tree (a `git worktree` or `git archive`
 of an older commit) as one more target: before and after, side by side.
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._peers import NGINX_INSTALL, PEERS, ROUTERS, find_nginx, install_routers, nginx_command
-from bench._report import report
+from bench._report import TWO_WORKERS, report
 from zerogap.commands import zerogap_command
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
@@ -99,7 +101,7 @@ class Stack:
         self.watch.append(f"{name}={tree_pids(proc)}")
         if name != "upstream":
             self.targets.append(f"{name}=http://127.0.0.1:{port}")
-        if name == "workers2":  # each worker's CPU too: the share of the work each one does
+        if name in ("workers2", "nginx2"):  # each worker's CPU too: the share of the work each one does
             import psutil
 
             for i, child in enumerate(psutil.Process(proc.pid).children()):
@@ -121,9 +123,9 @@ class Stack:
         cmd += ["--workers", str(num_workers)] if num_workers > 1 else []
         self.add(name, cmd, port, cwd=src, env={**self.env, "PYTHONPATH": str(src)})
 
-    def nginx(self, nginx: str, up_port: int) -> None:
+    def nginx(self, nginx: str, up_port: int, name: str = "nginx", num_workers: int = 1) -> None:
         port = free_port()
-        self.add("nginx", nginx_command(nginx, self.tmp / "nginx", port, up_port), port)
+        self.add(name, nginx_command(nginx, self.tmp / name, port, up_port, num_workers), port)
 
     def router(self, name: str, up_port: int) -> None:
         port = free_port()
@@ -148,6 +150,8 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], peers: di
                 stack.gateway("baseline", up_port, src=Path(args.baseline).resolve())
             if "nginx" in peers and mode != "workers":
                 stack.nginx(peers["nginx"], up_port)
+            if "nginx2" in peers and mode != "workers":
+                stack.nginx(peers["nginx2"], up_port, "nginx2", num_workers=2)
             for name in ROUTERS:
                 if name in peers and mode != "workers":
                     stack.router(name, up_port)
@@ -185,14 +189,15 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
 def choose_peers(args: argparse.Namespace) -> dict[str, str]:
     """The peers of this run, by name: nginx's path, or the name (routers installed on first use)."""
     names = [n for n in args.peers.split(",") if n and n != "none"] if args.peers is not None else list(PEERS)
-    unknown = set(names) - {*PEERS, "workers2"}
+    unknown = set(names) - {*PEERS, *TWO_WORKERS}
     if unknown:
-        raise SystemExit(f"--peers: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PEERS)}, workers2")
+        choices = ", ".join([*PEERS, *TWO_WORKERS])
+        raise SystemExit(f"--peers: unknown {', '.join(sorted(unknown))}; choose from {choices}")
     if args.no_nginx and "nginx" in names:
         names.remove("nginx")
     peers: dict[str, str] = {}
     for name in names:
-        if name == "nginx":
+        if name in ("nginx", "nginx2"):
             nginx = find_nginx()
             if nginx is None:
                 print(f"nginx is not installed ({NGINX_INSTALL}): left out", file=sys.stderr)
@@ -222,7 +227,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--peers",
         help=f"comma-separated relays beside the gateway, from {', '.join(PEERS)} and workers2 (a gateway with "
-        "--workers 2, at the same load), or none (default: nginx and the routers, those that are installed; "
+        "--workers 2, at the same load) or nginx2 (nginx with 2 workers), "
+        "or none (default: nginx and the routers, those that are installed; "
         "the routers are installed into the bench's own environment on first use)",
     )
     p.add_argument("--concurrency", type=int, default=256)
