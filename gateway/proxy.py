@@ -19,8 +19,9 @@ from gateway.asgi import (
     read_body,
     send_error,
 )
+from gateway.client_side import ClientSide
 from gateway.errors import ApiError, model_not_allowed, unknown_model
-from gateway.exchange import SSE_HEADERS, Exchange
+from gateway.exchange import Exchange
 from gateway.limits import Slot, estimate_tokens, limited_at_head
 from gateway.pipe import Pipe
 from gateway.request import parse_call
@@ -142,68 +143,20 @@ class Completions:
 LIMIT_OF_CODE = {"rate_limit_requests": "rpm", "rate_limit_tokens": "tpm", "concurrency_limit": "concurrency"}
 
 
-KEEPALIVE = b": keep-alive\n\n"
-
-
-class ClientSide:
-    """The client's side of one relayed request, next to the relay: it notices a client that goes
-    away (and stops the relay, which closes the upstream request), and while a streamed request
-    waits for its answer it sends an SSE comment every keepalive_interval_s."""
-
-    __slots__ = ("exchange", "finished", "gone", "interval_s", "send")
-
-    def __init__(self, exchange: Exchange, send: Send, interval_s: float) -> None:
-        self.exchange = exchange
-        self.send = send
-        self.interval_s = interval_s
-        self.finished = False  # the relay has sent its last message: nothing to stop any more
-        self.gone = False  # the client went away and the relay was stopped for it
-
-    async def watch(self, receive: Receive, relay_task: asyncio.Task[None]) -> None:
-        exchange = self.exchange
-        keepalive_s = exchange.t0_s + self.interval_s
-        while True:
-            if exchange.call.stream and not exchange.replied:
-                delay_s = keepalive_s - time.monotonic()
-                if delay_s <= 0:
-                    keepalive_s = time.monotonic() + self.interval_s
-                    await self._keepalive()
-                    continue
-                try:
-                    async with asyncio.timeout(delay_s):
-                        message = await receive()
-                except TimeoutError:
-                    continue
-            else:
-                message = await receive()
-            if message["type"] == "http.disconnect":
-                if not self.finished:
-                    self.gone = True
-                    relay_task.cancel()
-                return
-
-    async def _keepalive(self) -> None:
-        exchange = self.exchange
-        if exchange.start_stream():
-            await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await self.send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
-
-
 async def serve(gw: Gateway, exchange: Exchange, pool: ModelPool, receive: Receive, send: Send) -> None:
     """Relay to the client in this task; if the client goes away first, the relay is cancelled
     (which closes the upstream request)."""
     task = asyncio.current_task()
     assert task is not None
     client = ClientSide(exchange, send, gw.config.gateway.keepalive_interval_s)
-    watch = asyncio.ensure_future(client.watch(receive, task))
+    client.start(receive, task)
     try:
         await _drive(gw.relay.run(exchange, pool), send, client)
     except asyncio.CancelledError:
         if not client.gone or task.uncancel() > 0:
             raise
     finally:
-        client.finished = True
-        watch.cancel()
+        client.stop()
 
 
 async def _drive(items: Items, send: Send, client: ClientSide) -> None:
