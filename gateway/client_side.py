@@ -13,6 +13,7 @@ per request that waited on `receive()` cost ~6 % of the gateway's CPU per reques
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from gateway.exchange import SSE_HEADERS
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
 
+log = logging.getLogger("zerogap.gateway.proxy")
 KEEPALIVE = b": keep-alive\n\n"
 RECEIVE = RequestResponseCycle.receive
 
@@ -60,6 +62,12 @@ def _hookable(receive: Receive) -> Any:
     if not hasattr(getattr(cycle, "flow", None), "resume_reading"):
         return None
     return cycle
+
+
+def _sent(sending: asyncio.Future[None]) -> None:
+    """A keep-alive that failed is logged (the relay's own send sees a client that is gone)."""
+    if not sending.cancelled() and sending.exception() is not None:
+        log.warning("a keep-alive comment could not be sent: %r", sending.exception())
 
 
 class ClientSide:
@@ -119,6 +127,7 @@ class ClientSide:
         self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._keepalive_due)
         if self._sending is None or self._sending.done():  # one at a time: a full socket delays the next
             self._sending = asyncio.ensure_future(self._keepalive())
+            self._sending.add_done_callback(_sent)
 
     async def _keepalive(self) -> None:
         exchange = self.exchange

@@ -157,3 +157,20 @@ async def test_keepalives_on_uvicorn_come_from_a_timer_until_the_answer() -> Non
     assert len(sent) == num_sent
     client.stop()
     task.cancel()
+
+
+async def test_a_keepalive_that_fails_is_logged_not_left_unretrieved(caplog) -> None:
+    cycle, task = uvicorn_cycle(), await relay_task()
+    failed = asyncio.Event()
+
+    async def send(message: Any) -> None:
+        failed.set()
+        raise OSError("socket gone")
+
+    client = ClientSide(FakeExchange(stream=True), send, 0.01)  # type: ignore[arg-type]
+    client.start(receive_of(cycle), task)
+    await failed.wait()
+    await asyncio.sleep(0)  # the done callback
+    assert "keep-alive comment could not be sent" in caplog.text and "socket gone" in caplog.text
+    client.stop()
+    task.cancel()
