@@ -101,7 +101,7 @@ class Stack:
         self.watch.append(f"{name}={tree_pids(proc)}")
         if name != "upstream":
             self.targets.append(f"{name}=http://127.0.0.1:{port}")
-        if name in ("workers2", "nginx2"):  # each worker's CPU too: the share of the work each one does
+        if name in TWO_WORKERS:  # each worker's CPU too: the share of the work each one does
             import psutil
 
             for i, child in enumerate(psutil.Process(proc.pid).children()):

@@ -24,11 +24,20 @@ ChunkWriter = Callable[[bytes], bool]
 CYCLE_FIELDS = ("flow", "transport", "disconnected", "chunked_encoding", "response_complete", "response_started")
 
 
+def httptools_cycle(bound: Any, method: Any) -> Any:
+    """uvicorn's httptools request cycle that `bound` is `method` of (its `send`, its `receive`);
+    None for anything else (a test's callable, another server's)."""
+    cycle: Any = getattr(bound, "__self__", None)
+    if type(cycle) is not RequestResponseCycle or getattr(bound, "__func__", None) is not method:
+        return None
+    return cycle
+
+
 def chunk_writer(send: Send) -> ChunkWriter | None:
     """A writer for the body chunks of the response `send` belongs to; None if `send` is not
     uvicorn's httptools `send` (a test's, or another server's): then every chunk goes through it."""
-    cycle: Any = getattr(send, "__self__", None)
-    if type(cycle) is not RequestResponseCycle or getattr(send, "__func__", None) is not RequestResponseCycle.send:
+    cycle = httptools_cycle(send, RequestResponseCycle.send)
+    if cycle is None:
         return None
     if not all(hasattr(cycle, name) for name in CYCLE_FIELDS) or not hasattr(cycle.flow, "write_paused"):
         return None

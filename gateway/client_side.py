@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.asgi import Receive, Send
+from gateway.chunk_writer import httptools_cycle
 from gateway.exchange import SSE_HEADERS
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
 
-log = logging.getLogger("zerogap.gateway.proxy")
+log = logging.getLogger("zerogap.gateway.client_side")
 KEEPALIVE = b": keep-alive\n\n"
-RECEIVE = RequestResponseCycle.receive
 
 
 class _GoneEvent(asyncio.Event):
@@ -54,8 +54,8 @@ class _GoneEvent(asyncio.Event):
 
 def _hookable(receive: Receive) -> Any:
     """uvicorn's httptools cycle behind `receive`, if it has what the hook needs; else None."""
-    cycle: Any = getattr(receive, "__self__", None)
-    if type(cycle) is not RequestResponseCycle or getattr(receive, "__func__", None) is not RECEIVE:
+    cycle = httptools_cycle(receive, RequestResponseCycle.receive)
+    if cycle is None:
         return None
     if not isinstance(getattr(cycle, "message_event", None), asyncio.Event) or not hasattr(cycle, "disconnected"):
         return None
