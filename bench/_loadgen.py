@@ -3,7 +3,8 @@ never part of what is measured): aiohttp on uvloop, `--concurrency` streams kept
 request's tokens counted as they arrive.
 
     python -m bench._loadgen --target direct=http://127.0.0.1:P --target gateway=http://... \
-        --watch gateway=PID --watch upstream=PID [--rounds 5] [--concurrency 256] --out rounds.json
+        --watch gateway=PID --watch upstream=PID [--key-for tenant=KEY] [--rounds 5] [--concurrency 256] \
+        --out rounds.json
 
 Round after round it drives each target in turn (the order rotates each round, so no target
 always goes first). In each round's measured window it counts the tokens that arrive, takes
@@ -93,11 +94,11 @@ async def cpu_window(r: Round, watch: dict[str, list[int]]) -> dict[str, float]:
     return {name: (after[name] - before[name]) / wall_s for name in after}  # share of one core
 
 
-async def run_round(url: str, args: argparse.Namespace, watch: dict[str, list[int]]) -> dict[str, Any]:
+async def run_round(url: str, args: argparse.Namespace, watch: dict[str, list[int]], key: str) -> dict[str, Any]:
     body = json.dumps(
         {"model": "bench", "prompt": "hello there", "stream": True, "max_tokens": args.max_tokens, "ignore_eos": True}
     ).encode()
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {args.key}"}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
         r = Round(args.warmup_s, args.round_s)
@@ -130,16 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--round-s", type=float, default=8.0)
     p.add_argument("--spread-s", type=float, default=3.3, help="stream starts are spread over this long")
     p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--key", default="bench-key")
+    p.add_argument("--key", default="bench-key", help="the key sent to every target without a --key-for")
+    p.add_argument("--key-for", action="append", default=[], help="NAME=KEY: the key sent to this target")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     targets = list(parse_pairs(args.target).items())
     watch = {name: [int(x) for x in pids.split(",")] for name, pids in parse_pairs(args.watch).items()}
+    keys = parse_pairs(args.key_for)
     results = []
     for i in range(args.rounds):
         for j in range(len(targets)):
             name, base = targets[(i + j) % len(targets)]
-            res = uvloop.run(run_round(base + "/v1/completions", args, watch))
+            res = uvloop.run(run_round(base + "/v1/completions", args, watch, keys.get(name, args.key)))
             res.update(kind=name, round=i + 1)
             results.append(res)
             shown = " ".join(f"{k}={v:.0%}" for k, v in res["cpu"].items())

@@ -22,6 +22,7 @@ from pathlib import Path
 
 PEERS_VENV = Path(os.environ.get("ZEROGAP_BENCH_PEERS", Path.home() / ".cache" / "zerogap" / "bench-peers"))
 NGINX_INSTALL = "apt-get install -y nginx-light (or scripts/setup-system)"
+REDIS_INSTALL = "apt-get install -y redis-server (or scripts/setup-system)"
 
 NGINX_CONF = """worker_processes {num_workers};
 daemon off;
@@ -99,6 +100,17 @@ def nginx_command(nginx: str, tmp: Path, port: int, up_port: int, num_workers: i
     return [nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")]
 
 
+def find_redis() -> str | None:
+    return shutil.which("redis-server") or next((p for p in ("/usr/bin/redis-server",) if os.path.exists(p)), None)
+
+
+def redis_command(redis: str, tmp: Path, port: int) -> list[str]:
+    """A throwaway redis-server for the tenant-redis target's limits: loopback only, nothing saved."""
+    tmp.mkdir()
+    return [redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", str(tmp), "--loglevel", "warning", "--daemonize", "no"]  # fmt: skip
+
+
 def install_routers(names: list[str]) -> list[str]:
     """The routers of `names` that are ready, installing the missing ones into PEERS_VENV first;
     one that cannot be installed (offline, no wheel for this platform) is named on stderr and left out."""
@@ -119,6 +131,7 @@ def main() -> int:
     for name in ROUTERS:
         print(f"{name}: {ROUTERS[name].executable() if name in ready else 'not installed'}")
     print(f"nginx: {find_nginx() or 'not installed: ' + NGINX_INSTALL}")
+    print(f"redis-server (for --peers tenant-redis): {find_redis() or 'not installed: ' + REDIS_INSTALL}")
     return 0 if len(ready) == len(ROUTERS) else 1
 
 

@@ -9,12 +9,19 @@ import statistics
 from typing import Any
 
 RELAY_PROCESS = {
-    k: k for k in ("gateway", "nginx", "vllm-router", "sglang-router", "workers2", "nginx2", "baseline")
-} | {"direct": "upstream"}
+    k: k
+    for k in ("gateway", "tenant", "tenant-redis", "nginx", "vllm-router", "sglang-router", "workers2", "nginx2",
+              "baseline")
+} | {"direct": "upstream"}  # fmt: skip
 RELAYS = [k for k in RELAY_PROCESS if k != "direct"]
 AT_LIMIT = 0.9  # share of one core (per process) from which a process counts as the bottleneck
 NUM_PROCESSES = {"workers2": 2, "nginx2": 2}
 TWO_WORKERS = {"workers2": "gateway", "nginx2": "nginx"}  # a relay with 2 worker processes, and its 1-worker self
+# a gateway driven with a virtual key that has rpm, tpm and max_concurrency (limits in memory, or in Redis),
+# and the gateway driven with the unified key (no limits) that it is held against
+TENANTS = {"tenant": "gateway", "tenant-redis": "gateway"}
+GOAL_TTFT_MS = 0.2  # issue 35: what the tenant path may add to TTFT p50 over the unified key
+GOAL_CPU_RATIO = 1.05  # and to the CPU per relayed token
 
 
 def pct(values: list[float], q: float) -> float:
@@ -76,6 +83,14 @@ def figures(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
                 shares = [v for k, v in w["cpu"].items() if k.startswith(f"{two}.w")]
                 if shares and sum(shares) > 0:
                     add(f"{two}.busiest_worker_share", max(shares) / sum(shares))
+        for tenant, unified in TENANTS.items():
+            if (t := kinds.get(tenant)) and (u := kinds.get(unified)):
+                key = f"{tenant}_vs_{unified}"
+                add(f"{key}.added_ttft_p50_ms", 1000 * (pct(t["ttft_s"], 0.5) - pct(u["ttft_s"], 0.5)))
+                add(f"{key}.added_ttft_p99_ms", 1000 * (pct(t["ttft_s"], 0.99) - pct(u["ttft_s"], 0.99)))
+                add(f"{key}.cpu_per_token_ratio", cpu_us_per_token(t, tenant) / cpu_us_per_token(u, unified))
+        if (tr := kinds.get("tenant-redis")) and "redis" in tr["cpu"]:
+            add("tenant-redis.redis_cpu_us_per_token", cpu_us_per_token(tr, "redis"))
         if (b := kinds.get("baseline")) and g:
             add(
                 "gateway_vs_baseline.cpu_per_token_ratio",
@@ -116,12 +131,20 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
         if (key := f"{two}.busiest_worker_share") in f:
             summary[key] = spread(f[key], "", 2)
             print(f"  {key:<40} {summary[key]} (of the CPU)")
+    if (key := "tenant-redis.redis_cpu_us_per_token") in f:
+        summary[key] = spread(f[key], " us", 1)
+        print(f"  {key:<40} {summary[key]} (redis-server's own CPU, not in the gateway's figure)")
     for k in kinds:
         summary[f"{k}.cpu_us_per_token"] = spread(f[f"{k}.cpu_us_per_token"], " us", 1)
         summary[f"{k}.tps"] = spread(f[f"{k}.tps"], " tok/s", 0)
         if statistics.median(f[f"{k}.loadgen_cpu_share"]) >= AT_LIMIT:
             print(f"  NOTE: the load generator was at its limit in the {k} rounds: their tok/s is a floor")
     print_table(f, kinds)
+    if mode == "fixed":
+        for tenant, unified in TENANTS.items():
+            if (line := verdict(f, tenant, unified)) is not None:
+                summary[f"{tenant}.verdict"] = line.rsplit(" ", 1)[1]
+                print(f"  {line}")
     print(f"  load average at the end: {load}")
     print(json.dumps({"mode": mode, **summary}))
     return summary
@@ -142,3 +165,23 @@ def print_table(f: dict[str, list[float]], kinds: list[str]) -> None:
             f"  | {k} | {med['_vs_direct.tps_ratio']:.3f} | {med['_vs_direct.added_ttft_p50_ms']:+.2f} ms | "
             f"{med['_vs_direct.added_ttft_p99_ms']:+.2f} ms | {med['.cpu_us_per_token']:.1f} µs |"
         )
+
+
+def verdict(f: dict[str, list[float]], tenant: str, unified: str) -> str | None:
+    """The tenant target against issue 35's goal (the medians over the rounds): at most GOAL_TTFT_MS
+    more TTFT p50 and GOAL_CPU_RATIO the CPU per token of the unified key, and no request refused
+    or failed (a refusal is cheaper than a relay: the figures would not be admission's cost).
+    None without both targets' rounds."""
+    key = f"{tenant}_vs_{unified}"
+    if f"{key}.cpu_per_token_ratio" not in f:
+        return None
+    ttft = statistics.median(f[f"{key}.added_ttft_p50_ms"])
+    cpu = [v for v in f[f"{key}.cpu_per_token_ratio"] if v == v]
+    ratio = statistics.median(cpu) if cpu else float("nan")
+    num_errors = sum(f[f"{tenant}.num_errors"])
+    ok = ttft <= GOAL_TTFT_MS and ratio <= GOAL_CPU_RATIO and num_errors == 0
+    errors = f", {num_errors:.0f} requests refused or failed" if num_errors else ""
+    return (
+        f"verdict {tenant} vs the unified key: TTFT p50 {ttft:+.2f} ms (goal <= {GOAL_TTFT_MS} ms), CPU per token "
+        f"{ratio:.3f}x (goal <= {GOAL_CPU_RATIO}x){errors}: {'PASS' if ok else 'FAIL'}"
+    )

@@ -23,6 +23,17 @@ Two modes, both by default (`--mode fixed|saturate|both`):
             `--peers nginx,nginx2` does the same for nginx (2 workers, reuseport): what a
             second worker process costs a relay written in C on the same machine and load.
 `--peers` chooses the peers (default: nginx and both routers, those installed or installable).
+
+The tenant path (`--peers tenant,tenant-redis`, with or without other peers): beside the gateway
+driven with the unified key (no limits), a gateway driven with a virtual key from its SQLite key
+store that has rpm, tpm and max_concurrency on, each so high that none ever refuses (the point is
+what checking and counting them costs): `tenant` counts them in the process's memory (one process,
+no Redis), `tenant-redis` in a redis-server the bench starts on a free port ([gateway].redis_url;
+Debian's redis-server, as scripts/setup-system installs it). Each is printed as a relay vs direct,
+and against the unified key (`tenant_vs_gateway`: the added TTFT p50 and p99 in ms, the CPU per
+token ratio; redis-server's own CPU per token apart). In `fixed`, a verdict line for each against
+issue 35's goal (at most +0.2 ms TTFT p50 and 1.05x the CPU per token of the unified key, no request
+refused) says PASS or FAIL, and the bench exits 1 when one says FAIL.
 `--baseline DIR` adds a gateway run from another source tree (a `git worktree` or `git archive`
 of an older commit) as one more target: before and after, side by side.
 
@@ -31,6 +42,7 @@ CPU is near a full core is at its limit; the load generator's CPU is printed too
 bench says so when it was the one at its limit (then the figure is a floor, not a limit).
 
     .venv/bin/python -m bench.gateway_overhead [--mode both] [--rounds 5] [--concurrency 256] [--peers ...]
+    .venv/bin/python -m bench.gateway_overhead --mode fixed --rounds 3 --peers tenant,tenant-redis
 """
 
 from __future__ import annotations
@@ -45,14 +57,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._peers import NGINX_INSTALL, PEERS, ROUTERS, find_nginx, install_routers, nginx_command
-from bench._report import TWO_WORKERS, report
+from bench._peers import (
+    NGINX_INSTALL,
+    PEERS,
+    REDIS_INSTALL,
+    ROUTERS,
+    find_nginx,
+    find_redis,
+    install_routers,
+    nginx_command,
+    redis_command,
+)
+from bench._report import TENANTS, TWO_WORKERS, report
 from zerogap.commands import zerogap_command
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "bench-unified-key"
+TENANT_LIMITS = ("--rpm", "1000000000", "--tpm", "1000000000000", "--max-concurrency", "100000")  # the most a
+# key may have: every limit is checked and counted on every request, and none ever refuses one
 
 MODES = {  # upstream timing, tokens per request (± spread), warm-up and measured seconds per round
     "fixed": {"ttft_s": 0.05, "interval_s": 0.05, "num_tokens": 64, "tokens_spread": 32, "warmup_s": 4.0,
@@ -63,17 +87,27 @@ MODES = {  # upstream timing, tokens per request (± spread), warm-up and measur
 MODES["workers"] = MODES["saturate"]
 
 
-def gateway_config(tmp: Path, port: int, up_port: int) -> Path:
+def gateway_config(tmp: Path, port: int, up_port: int, redis_url: str | None = None) -> Path:
     tmp.mkdir()
     config = tmp / "config.toml"
+    shared = f'redis_url = "{redis_url}"\n' if redis_url else ""  # the tenant-redis target's limits
     config.write_text(
         f'[server]\nport = {port}\napi_key = "${{TAOTOKEN_API_KEY}}"\n'
         f'base_url = "http://127.0.0.1:{port}/api"\n[gateway]\nkey_store = "keys.db"\n'
         "health_interval_s = 3600.0\n"  # checked once at start: the bench measures the relay, not a starved check
+        f"{shared}"
         f'[logging]\nlevel = "warning"\n'
         f'[[backends]]\nname = "up"\nurl = "http://127.0.0.1:{up_port}"\nmodel = "bench"\n'
     )
     return config
+
+
+def create_tenant_key(config: Path, env: dict[str, str]) -> str:
+    """A virtual key in the gateway's SQLite key store with rpm, tpm and max_concurrency on (TENANT_LIMITS),
+    made as a user makes one (`zerogap keys create`); its secret."""
+    cmd = zerogap_command("keys", "create", "--config", str(config), "--name", "bench-tenant", *TENANT_LIMITS)
+    out = subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, text=True).stdout
+    return out.split()[0]
 
 
 def tree_pids(proc: subprocess.Popen[bytes]) -> str:
@@ -92,14 +126,23 @@ class Stack:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.targets: list[str] = []
         self.watch: list[str] = []
+        self.keys: dict[str, str] = {}  # target -> the key the load generator sends it (else the unified key)
 
-    def add(self, name: str, cmd: list[str], port: int, cwd: Path = REPO, env: dict[str, str] | None = None) -> None:
+    def add(
+        self,
+        name: str,
+        cmd: list[str],
+        port: int,
+        cwd: Path = REPO,
+        env: dict[str, str] | None = None,
+        target: bool = True,
+    ) -> None:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env or self.env, stdout=subprocess.DEVNULL)
         self.procs.append(proc)
         wait_for_port(port, 60, proc)
         time.sleep(1.0)  # every worker up
         self.watch.append(f"{name}={tree_pids(proc)}")
-        if name != "upstream":
+        if target:
             self.targets.append(f"{name}=http://127.0.0.1:{port}")
         if name in TWO_WORKERS:  # each worker's CPU too: the share of the work each one does
             import psutil
@@ -112,16 +155,35 @@ class Stack:
         self.add("upstream", [sys.executable, "-m", "bench._upstream", "--port", str(port), "--ttft-s",
                               str(m["ttft_s"]), "--interval-s", str(m["interval_s"]), "--num-tokens",
                               str(int(m["num_tokens"])), "--tokens-spread", str(int(m["tokens_spread"]))],
-                 port)  # fmt: skip
+                 port, target=False)  # fmt: skip
         self.targets.append(f"direct=http://127.0.0.1:{port}")
         return port
 
-    def gateway(self, name: str, up_port: int, num_workers: int = 1, src: Path = REPO) -> None:
+    def gateway(
+        self,
+        name: str,
+        up_port: int,
+        num_workers: int = 1,
+        src: Path = REPO,
+        tenant: bool = False,
+        redis_url: str | None = None,
+    ) -> None:
+        """A gateway process; with `tenant`, driven with a virtual key that has limits (TENANT_LIMITS),
+        counted in its memory or, with `redis_url`, in that Redis."""
         port = free_port()
-        config = gateway_config(self.tmp / name, port, up_port)
+        config = gateway_config(self.tmp / name, port, up_port, redis_url)
+        env = {**self.env, "PYTHONPATH": str(src)}
+        if tenant:
+            self.keys[name] = create_tenant_key(config, env)
         cmd = zerogap_command("gateway", "--config", str(config))
         cmd += ["--workers", str(num_workers)] if num_workers > 1 else []
-        self.add(name, cmd, port, cwd=src, env={**self.env, "PYTHONPATH": str(src)})
+        self.add(name, cmd, port, cwd=src, env=env)
+
+    def redis(self, redis: str) -> str:
+        """A redis-server for the tenant-redis target (its CPU is watched as `redis`); its URL."""
+        port = free_port()
+        self.add("redis", redis_command(redis, self.tmp / "redis", port), port, cwd=self.tmp, target=False)
+        return f"redis://127.0.0.1:{port}/0"
 
     def nginx(self, nginx: str, up_port: int, name: str = "nginx", num_workers: int = 1) -> None:
         port = free_port()
@@ -146,6 +208,10 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], peers: di
             stack.gateway("gateway", up_port)
             if mode == "workers" or "workers2" in peers:
                 stack.gateway("workers2", up_port, num_workers=2)
+            if "tenant" in peers and mode != "workers":
+                stack.gateway("tenant", up_port, tenant=True)
+            if "tenant-redis" in peers and mode != "workers":
+                stack.gateway("tenant-redis", up_port, tenant=True, redis_url=stack.redis(peers["tenant-redis"]))
             if args.baseline:
                 stack.gateway("baseline", up_port, src=Path(args.baseline).resolve())
             if "nginx" in peers and mode != "workers":
@@ -181,6 +247,8 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
         cmd += ["--target", t]
     for w in stack.watch:
         cmd += ["--watch", w]
+    for name, key in stack.keys.items():
+        cmd += ["--key-for", f"{name}={key}"]
     subprocess.run(cmd, cwd=REPO, env=stack.env, check=True)
     rounds: list[dict[str, Any]] = json.loads(out.read_text())
     return rounds
@@ -189,9 +257,9 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
 def choose_peers(args: argparse.Namespace) -> dict[str, str]:
     """The peers of this run, by name: nginx's path, or the name (routers installed on first use)."""
     names = [n for n in args.peers.split(",") if n and n != "none"] if args.peers is not None else list(PEERS)
-    unknown = set(names) - {*PEERS, *TWO_WORKERS}
+    unknown = set(names) - {*PEERS, *TWO_WORKERS, *TENANTS}
     if unknown:
-        choices = ", ".join([*PEERS, *TWO_WORKERS])
+        choices = ", ".join([*PEERS, *TWO_WORKERS, *TENANTS])
         raise SystemExit(f"--peers: unknown {', '.join(sorted(unknown))}; choose from {choices}")
     if args.no_nginx and "nginx" in names:
         names.remove("nginx")
@@ -203,7 +271,13 @@ def choose_peers(args: argparse.Namespace) -> dict[str, str]:
                 print(f"nginx is not installed ({NGINX_INSTALL}): left out", file=sys.stderr)
                 continue
             peers[name] = nginx
-        elif name == "workers2":
+        elif name == "tenant-redis":
+            redis = find_redis()
+            if redis is None:
+                print(f"redis-server is not installed ({REDIS_INSTALL}): tenant-redis left out", file=sys.stderr)
+                continue
+            peers[name] = redis
+        elif name in ("workers2", "tenant"):
             peers[name] = name
     for name in install_routers([n for n in names if n in ROUTERS]):
         peers[name] = name
@@ -227,7 +301,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--peers",
         help=f"comma-separated relays beside the gateway, from {', '.join(PEERS)} and workers2 (a gateway with "
-        "--workers 2, at the same load) or nginx2 (nginx with 2 workers), "
+        "--workers 2, at the same load) or nginx2 (nginx with 2 workers), tenant (a gateway driven with a "
+        "virtual key with rpm, tpm and max_concurrency, limits in memory) or tenant-redis (the same, limits in "
+        "a redis-server the bench starts), "
         "or none (default: nginx and the routers, those that are installed; "
         "the routers are installed into the bench's own environment on first use)",
     )
@@ -263,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
     if args.json:
         Path(args.json).write_text(json.dumps(results))
-    return 0
+    failed = [k for r in results for k, v in r["summary"].items() if k.endswith(".verdict") and v != "PASS"]
+    return 1 if failed else 0
 
 
 def load() -> str:
