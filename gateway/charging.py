@@ -15,6 +15,7 @@ import math
 import time
 from typing import Any
 
+from gateway.choice_usage import ChoiceUsage
 from gateway.exchange import Charge, Exchange
 from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
@@ -32,10 +33,22 @@ def prompt_estimate(call: Call) -> int:
 
 
 def of_stream(call: Call, filt: SseFilter) -> Charge:
+    if filt.choices is not None:  # several choices: each one's own usage, summed (choice_usage.py)
+        prompt, completion, exact = filt.choices.reported()
+        if prompt is None:
+            prompt, exact = sum(call.prompt_estimates) or prompt_estimate(call), False
+        return Charge(prompt, completion or 0, exact)
     prompt, completion = filt.reported()
     if prompt is not None and completion is not None:
         return Charge(prompt, completion, exact=True)
     return Charge(prompt if prompt is not None else prompt_estimate(call), max(0, filt.num_chunks), exact=False)
+
+
+def choice_usage(call: Call) -> ChoiceUsage | None:
+    """The per-choice account of a request with several choices (n, best_of, a list of prompts)."""
+    if call.choices_per_prompt * len(call.prompt_estimates) <= 1:
+        return None
+    return ChoiceUsage(call.path.endswith("/chat/completions"), call.choices_per_prompt, call.prompt_estimates)
 
 
 def of_body(call: Call, answer: Any) -> Charge:

@@ -15,6 +15,8 @@ import time
 from collections.abc import AsyncGenerator
 
 from gateway import charging
+from gateway.assemble import Assembler
+from gateway.charging import choice_usage
 from gateway.errors import bare, error_body, error_message, sse_error
 from gateway.exchange import Exchange, Reply, json_reply
 from gateway.flights import Flight, Flights
@@ -26,7 +28,7 @@ from gateway.pipe import Pipe
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
 from gateway.routing.prefix import prompt_blocks
-from gateway.sse import SseFilter, shown_usage
+from gateway.sse import SHOW_ALL, SseFilter, shown_usage
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.usage import UsageRecorder
 from zerogap.config.gateway import GatewaySection
@@ -194,6 +196,8 @@ class Relay:
                     if resp.status == 200:  # a good start for the outlier rule, as a 5xx is a bad one:
                         self.outlier.success(backend)  # both are known when the headers come
                     try:
+                        if resp.status == 200 and not exchange.call.stream and _is_stream(resp):
+                            return resp, await self._assemble(exchange, resp)
                         if resp.status != 200 or not exchange.call.stream:
                             return resp, await resp.read_all()
                         return resp, b""  # a stream: its pipe waits for the first byte (_stream)
@@ -212,6 +216,25 @@ class Relay:
             ) from None
         except UpstreamError as exc:
             raise AttemptFailed(502, exc.reason, f"Backend {backend.name} {exc.failure}.", detail=exc.detail) from None
+
+    @staticmethod
+    async def _assemble(exchange: Exchange, resp: UpstreamResponse) -> bytes:
+        """A non-streamed answer from the stream the gateway asked for (assemble.py). A client that
+        leaves meanwhile is charged what the engine made so far (cancelled here: the relay closes
+        the backend's request, so the engine stops)."""
+        call = exchange.call
+        filt = SseFilter(SHOW_ALL, charging.choice_usage(call))
+        assembler = Assembler(call.path.endswith("/chat/completions"))
+        try:
+            while chunk := await resp.read_chunk():
+                assembler.feed(filt.feed(chunk))
+            assembler.feed(filt.rest())
+        except asyncio.CancelledError:
+            if assembler.num_events:
+                exchange.charge = charging.of_stream(call, filt)
+            raise
+        exchange.charge = charging.of_stream(call, filt)
+        return assembler.body()
 
     @staticmethod
     def _stopped(backend: Backend, flight: Flight) -> AttemptFailed:
@@ -262,11 +285,12 @@ class Relay:
     def _whole(self, exchange: Exchange, body: bytes) -> Reply:
         exchange.status = 200
         exchange.first_s = exchange.last_s = time.monotonic()
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            answer = None
-        exchange.charge = charging.of_body(exchange.call, answer)
+        if exchange.charge is None:  # a whole body from the backend (not one put together here)
+            try:
+                answer = json.loads(body)
+            except ValueError:
+                answer = None
+            exchange.charge = charging.of_body(exchange.call, answer)
         return json_reply(200, body)
 
     async def _stream(self, exchange: Exchange, resp: UpstreamResponse, flight: Flight, deadline_s: float) -> Items:
@@ -275,7 +299,7 @@ class Relay:
         AttemptFailed, and the relay tries another backend."""
         clean = False
         call = exchange.call
-        filt = SseFilter(shown_usage(call.client_wants_usage, call.client_wants_continuous_usage))
+        filt = SseFilter(shown_usage(call.client_wants_usage, call.client_wants_continuous_usage), choice_usage(call))
         idle_s = self.settings.idle_timeout_s
         watch = IdleWatch(idle_s, resp.close, armed=False)  # armed by the pipe at the first byte
         pipe = Pipe(resp, filt, exchange, watch, flight, deadline_s)
@@ -327,3 +351,7 @@ class Relay:
             log.warning("backend %s broke the stream: %s", name, error.detail)
             self.outlier.failure(flight.backend, "broken")
         return sse_error(message, code=exchange.status)
+
+
+def _is_stream(resp: UpstreamResponse) -> bool:
+    return resp.content_type.startswith("text/event-stream")

@@ -22,6 +22,7 @@ re-encoded (else the client's bytes go as they are, or with fields appended befo
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ _STREAM_OPTIONS_VALUE = re.compile(rb'"stream_options"[ \t\n\r]*:[ \t\n\r]*(\{[^
 _USAGE_FLAGS = frozenset(STREAM_OPTIONS)
 _UNICODE_ESCAPE = re.compile(rb"\\u")  # a regex search: half the time of `in` for a two-byte needle
 _TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
+BYTES_PER_TOKEN = 4  # a prompt's tokens estimated from its bytes (the engine's count settles it)
 
 
 @dataclass
@@ -54,7 +56,9 @@ class Call:
     client_wants_usage: bool  # stream_options.include_usage: the final usage chunk
     max_tokens: int | None  # the completion tokens the client asked for (per choice); None: not said
     client_wants_continuous_usage: bool = False  # usage on every chunk (and include_usage, as vLLM has it)
-    budget_tokens: int = 0  # completion tokens reserved against tpm: (max_tokens or the default) x n
+    budget_tokens: int = 0  # completion tokens reserved against tpm: (max_tokens or the default) x n x prompts
+    choices_per_prompt: int = 1  # n (or best_of, if larger)
+    prompt_estimates: list[int] = field(default_factory=list)  # per prompt of the request: its tokens, estimated
     _encoded: bytes | None = None
     _by_model: dict[str, bytes] = field(default_factory=dict)
 
@@ -85,6 +89,30 @@ def _check_limit(body: dict[str, Any], limit: int) -> None:
             )
 
 
+def _prompt_estimates(prompt: str | list[Any]) -> list[int]:
+    """Each prompt of a completions request (its shape is checked): a string at 4 bytes a token,
+    token ids counted."""
+    if type(prompt) is str:
+        return [math.ceil(len(prompt.encode(errors="replace")) / BYTES_PER_TOKEN)]
+    if type(prompt[0]) is int:
+        return [len(prompt)]
+    return [len(p) if type(p) is list else math.ceil(len(p.encode(errors="replace")) / BYTES_PER_TOKEN) for p in prompt]
+
+
+def _check_choices(choices: int, prompts: int, most: int) -> None:
+    """[gateway].max_choices: the sequences one request makes an engine run (n x prompts)."""
+    if choices * prompts > most:
+        param = "prompt" if prompts > 1 else "n"
+        raise ApiError(
+            400,
+            f"This request asks for {choices * prompts} completions ({prompts} prompt(s) x {choices} choice(s) "
+            f"each, from n or best_of); this gateway allows at most {most} per request ([gateway].max_choices). "
+            "Send fewer prompts or a smaller n, or split the request.",
+            param=param,
+            code="too_many_choices",
+        )
+
+
 def _check_int_range(body: dict[str, Any]) -> None:
     for key, value in body.items():
         if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
@@ -110,6 +138,8 @@ def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> C
     if settings.max_tokens_limit is not None:
         _check_limit(body, settings.max_tokens_limit)
     choices = max(asked.n or 1, best_of or 1)
+    prompt_estimates = [math.ceil(len(raw) / BYTES_PER_TOKEN)] if chat else _prompt_estimates(body["prompt"])
+    _check_choices(choices, len(prompt_estimates), settings.max_choices)
     _check_int_range(body)
     stream = asked.stream
     wants_usage = asked.include_usage and stream
@@ -118,7 +148,8 @@ def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> C
     sent = asked.max_tokens
     if sent is None and settings.max_tokens_limit is not None:
         sent = min(settings.default_max_tokens, settings.max_tokens_limit)
-    call.budget_tokens = (sent or settings.default_max_tokens) * choices
+    call.budget_tokens = (sent or settings.default_max_tokens) * choices * len(prompt_estimates)
+    call.choices_per_prompt, call.prompt_estimates = choices, prompt_estimates
     call._encoded = _upstream_bytes(call, settings.drop_body_fields, None if sent == asked.max_tokens else sent)
     return call
 
@@ -134,19 +165,20 @@ def _upstream_bytes(call: Call, drop: list[str], max_tokens: int | None) -> byte
             del body[name]
             reencode = True
     raw = call.raw
-    if call.stream:
-        if not call.client_wants_continuous_usage:
-            options, present = body.get("stream_options"), "stream_options" in body
-            body["stream_options"] = {**(options or {}), **STREAM_OPTIONS}
-            if not present:
-                appended.append(_STREAM_OPTIONS_BYTES)
-            elif not reencode:
-                patched = _patched_stream_options(raw, options)
-                reencode = patched is None
-                raw = patched or raw
-    elif "stream_options" in body:
-        del body["stream_options"]  # vLLM refuses stream_options without stream
-        reencode = True
+    if not call.stream:  # streamed upstream all the same, and put together for the client (assemble.py)
+        reencode = reencode or "stream" in body or "stream_options" in body
+        body["stream"] = True
+        body["stream_options"] = dict(STREAM_OPTIONS)
+        appended.append(b'"stream":true,' + _STREAM_OPTIONS_BYTES)
+    elif not call.client_wants_continuous_usage:
+        options, present = body.get("stream_options"), "stream_options" in body
+        body["stream_options"] = {**(options or {}), **STREAM_OPTIONS}
+        if not present:
+            appended.append(_STREAM_OPTIONS_BYTES)
+        elif not reencode:
+            patched = _patched_stream_options(raw, options)
+            reencode = patched is None
+            raw = patched or raw
     if max_tokens is not None:
         reencode = reencode or "max_tokens" in body  # there as null
         body["max_tokens"] = max_tokens

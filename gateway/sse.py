@@ -22,7 +22,10 @@ into a chunk is under-counted by that factor, and a bare finish chunk counts one
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from gateway.choice_usage import ChoiceUsage
 
 MAX_PENDING_BYTES = 1 << 20  # an "event" this long without a blank line is passed on as it is
 
@@ -52,10 +55,11 @@ def shown_usage(wants_usage: bool, wants_continuous: bool) -> int:
 
 
 class SseFilter:
-    __slots__ = ("_pending", "_usage", "num_chunks", "show")
+    __slots__ = ("_pending", "_usage", "choices", "num_chunks", "show")
 
-    def __init__(self, show: int) -> None:
+    def __init__(self, show: int, choices: ChoiceUsage | None = None) -> None:
         self.show = show
+        self.choices = choices  # a stream of several choices is charged per choice (choice_usage.py)
         self.num_chunks = 0  # events with a choice relayed, less role-only openers (counted while no usage came)
         self._usage: bytes | None = None  # the last usage field the backend reported, from its "usage" key on
         self._pending = b""
@@ -75,6 +79,8 @@ class SseFilter:
         if end < len(data):
             self._pending = data[end:]
             data = data[:end]
+        if self.choices is not None:
+            self.choices.feed(data)
         at = data.find(FIELD)
         if at >= 0:
             out = self._usage_in(data, at)
@@ -90,6 +96,8 @@ class SseFilter:
     def rest(self) -> bytes:
         """What is left at the end of the stream (an event without its blank line)."""
         rest, self._pending = self._pending, b""
+        if rest and self.choices is not None:
+            self.choices.feed(rest)
         return rest
 
     def reported(self) -> tuple[int | None, int | None]:

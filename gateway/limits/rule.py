@@ -74,8 +74,9 @@ def exceeds_tpm(tpm: int, estimate: int, budget_tokens: int) -> ApiError:
         400,
         f"This request may use up to {estimate} tokens (its prompt and a completion budget of "
         f"{budget_tokens} tokens: max_tokens, or the gateway's default_max_tokens when it names none, "
-        f"times n), more than this key's whole limit of {tpm} tokens per minute, so it could never be "
-        f"admitted. Send a max_tokens (times n) of at most {room}, or a shorter prompt.",
+        f"times n and the number of prompts), more than this key's whole limit of {tpm} tokens per minute, "
+        f"so it could never be admitted. Send a max_tokens (times n and the prompts) of at most {room}, "
+        "or a shorter prompt.",
         param="max_tokens",
         code="request_exceeds_tpm",
     )

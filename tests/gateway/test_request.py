@@ -91,18 +91,24 @@ def test_the_clients_stream_options_replaced_in_its_bytes_when_that_is_safe(raw,
     assert upstream.startswith(b'{"model":"m",  ') == kept  # the client's bytes (json.dumps writes no double space)
 
 
-def test_stream_options_dropped_from_a_request_that_is_not_streamed() -> None:
+def test_a_request_that_is_not_streamed_goes_upstream_as_a_stream_with_usage_on_every_chunk() -> None:
+    """So that a client that leaves is charged what the engine made (gateway/assemble.py puts the
+    answer together); the client's own stream_options are replaced, since it gets no stream."""
     raw = b'{"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}'
     call = parse(raw)
-    assert "stream_options" not in json.loads(call.body_for(None))  # vLLM refuses stream_options without stream
+    assert json.loads(call.body_for(None)) == {"model": "m", "prompt": "x", "stream": True, "stream_options": USAGE_ALWAYS}
     assert (call.stream, call.client_wants_usage, call.client_wants_continuous_usage) == (False, False, False)
+    plain = b'{"model": "m", "prompt": "x"}'
+    assert parse(plain).body_for(None).startswith(plain[:-1])  # appended to the client's bytes, not re-encoded
+    false = b'{"model": "m", "prompt": "x", "stream": false}'
+    assert json.loads(parse(false).body_for(None))["stream"] is True
 
 
 def test_limits_and_stream_flags_read_from_the_body() -> None:
-    raw = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7, "stream": null}'
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7, "stream": true}'
     call = parse(raw, chat=True)
-    assert (call.model, call.stream, call.max_tokens, call.client_wants_usage) == ("m", False, 7, False)
-    assert call.body_for(None) == raw  # nothing had to change: the client's bytes as they are
+    assert (call.model, call.stream, call.max_tokens, call.client_wants_usage) == ("m", True, 7, False)
+    assert call.body_for(None).startswith(raw[:-1])  # the client's bytes, the usage options appended
 
 
 @pytest.mark.parametrize(
@@ -117,10 +123,14 @@ def test_limits_and_stream_flags_read_from_the_body() -> None:
         ({"n": 2}, True, 8192),
         ({"n": 2, "best_of": 5, "max_tokens": 10}, False, 50),  # best_of sequences are generated
         ({"n": None, "max_tokens": None}, True, 4096),
+        ({"prompt": ["a", "b", "c"], "max_tokens": 10}, False, 30),  # every prompt of a list
+        ({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 10}, False, 60),
+        ({"prompt": [[1, 2], [3]], "max_tokens": 10}, False, 20),
+        ({"prompt": [1, 2, 3], "max_tokens": 10}, False, 10),  # one prompt of token ids
     ],
 )
 def test_budget_is_max_tokens_or_the_default_times_the_choices(fields, chat, budget) -> None:
-    body = {"model": "m", **fields, **({"messages": [{"role": "user"}]} if chat else {"prompt": "x"})}
+    body = {"model": "m", **({"messages": [{"role": "user"}]} if chat else {"prompt": "x"}), **fields}
     assert parse(json.dumps(body).encode(), chat).budget_tokens == budget
     uses_default = budget % 4096 == 0
     scaled = budget // 4096 * 10 if uses_default else budget
@@ -139,8 +149,8 @@ def test_max_tokens_limit_refuses_more_and_is_sent_when_the_request_names_none()
         parse(chat_over, chat=True, max_tokens_limit=1000)
     assert info.value.param == "max_completion_tokens"
 
-    at = b'{"model": "m", "prompt": "x", "max_tokens": 1000}'
-    assert parse(at, max_tokens_limit=1000).body_for(None) == at
+    at = b'{"model": "m", "prompt": "x", "max_tokens": 1000, "stream": true}'
+    assert parse(at, max_tokens_limit=1000).body_for(None).startswith(at[:-1])
 
     # no max_tokens: the engine would allow the whole context, so the gateway names one
     none = b'{"model": "m", "prompt": "x", "stream": true}'
@@ -150,7 +160,9 @@ def test_max_tokens_limit_refuses_more_and_is_sent_when_the_request_names_none()
     call = parse(none, max_tokens_limit=1000, default_max_tokens=300)
     assert json.loads(call.body_for(None))["max_tokens"] == 300 and call.budget_tokens == 300
     null = b'{"model": "m", "prompt": "x", "max_tokens": null}'
-    assert sent(null, max_tokens_limit=1000) == {"model": "m", "prompt": "x", "max_tokens": 1000}
+    assert sent(null, max_tokens_limit=1000) == {
+        "model": "m", "prompt": "x", "max_tokens": 1000, "stream": True, "stream_options": USAGE_ALWAYS
+    }  # fmt: skip
     chat_alt = b'{"model": "m", "messages": [{"role": "user"}], "max_completion_tokens": 20}'
     assert "max_tokens" not in sent(chat_alt, chat=True, max_tokens_limit=1000)
     # without a limit the request goes as asked
@@ -180,9 +192,11 @@ def test_dropped_fields_never_reach_the_backend(raw) -> None:
 
 def test_drop_body_fields_is_configurable() -> None:
     raw = b'{"model": "m", "prompt": "x", "priority": 1, "kv_transfer_params": {"a": 1}, "seed": 3}'
-    assert sent(raw, drop_body_fields=["kv_transfer_params"]) == {"model": "m", "prompt": "x", "priority": 1, "seed": 3}
-    assert sent(raw, drop_body_fields=[]) == json.loads(raw)
-    assert parse(raw, drop_body_fields=[]).body_for(None) == raw
+    upstream = {"stream": True, "stream_options": USAGE_ALWAYS}  # not streamed: asked as a stream (assemble.py)
+    kept = {"model": "m", "prompt": "x", "priority": 1, "seed": 3, **upstream}
+    assert sent(raw, drop_body_fields=["kv_transfer_params"]) == kept
+    assert sent(raw, drop_body_fields=[]) == {**json.loads(raw), **upstream}
+    assert parse(raw, drop_body_fields=[]).body_for(None).startswith(raw[:-1])
 
 
 def test_duplicate_keys_read_as_the_engine_reads_them_the_last_one() -> None:
@@ -195,7 +209,7 @@ def test_duplicate_keys_read_as_the_engine_reads_them_the_last_one() -> None:
 
 def test_emoji_as_surrogate_pairs_and_non_ascii_text_pass() -> None:
     raw = '{"model": "m", "prompt": "\\ud83d\\ude00 \\uD83D\\uDE00 x \\\\ud800 é 😀 한국어 \\ud55c"}'.encode()
-    assert parse(raw).body_for(None) == raw
+    assert parse(raw).body_for(None).startswith(raw[:-1])
 
 
 def test_large_strings_and_many_containers_within_the_limits_pass() -> None:
@@ -209,3 +223,32 @@ def test_large_strings_and_many_containers_within_the_limits_pass() -> None:
 def test_fields_the_gateway_reads_cannot_be_dropped() -> None:
     with pytest.raises(ValueError, match="reads max_tokens, stream itself"):
         GatewaySection(drop_body_fields=["priority", "stream", "max_tokens"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"prompt": ["a"] * 129}, "prompt"),
+        ({"prompt": ["a"] * 65, "n": 2}, "prompt"),
+        ({"prompt": [[1]] * 43, "best_of": 3}, "prompt"),
+        ({"prompt": "a", "n": 128, "best_of": 128}, None),  # 128 x 1: at the bound
+    ],
+)
+def test_choices_times_prompts_bounded_by_max_choices(fields, param) -> None:
+    body = json.dumps({"model": "m", **fields}).encode()
+    if param is None:
+        assert parse(body).budget_tokens == 128 * 4096
+        return
+    with pytest.raises(ApiError) as info:
+        parse(body)
+    err = info.value
+    assert (err.status, err.param, err.code) == (400, param, "too_many_choices")
+    assert "[gateway].max_choices" in err.message and "128" in err.message
+    assert parse(body, max_choices=1000).budget_tokens > 0  # a gateway may allow more
+
+
+def test_prompt_estimates_per_prompt() -> None:
+    call = parse(json.dumps({"model": "m", "prompt": ["abcdefgh", "abcd", "abcde"], "n": 2}).encode())
+    assert call.prompt_estimates == [2, 1, 2] and call.choices_per_prompt == 2
+    assert parse(b'{"model": "m", "prompt": [[1, 2, 3, 4, 5], [6]]}').prompt_estimates == [5, 1]
+    assert parse(b'{"model": "m", "prompt": [7, 8, 9]}').prompt_estimates == [3]

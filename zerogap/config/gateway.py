@@ -137,6 +137,12 @@ class GatewaySection(Section):
     max_tokens_limit: int | None = Field(
         None, ge=1, description="a request asking for more completion tokens than this gets 400; absent: no limit"
     )
+    max_choices: int = Field(
+        128,
+        ge=1,
+        le=100_000,
+        description="completions one request may ask for: n (or best_of) x the prompts of a list; more is a 400",
+    )
     drop_body_fields: list[str] = Field(
         default_factory=lambda: ["priority"],
         description="request body fields removed before the request goes upstream (priority: vLLM's queue order)",

@@ -1,0 +1,147 @@
+"""A non-streamed answer put together from the stream the gateway asked for instead.
+
+The gateway sends every completion request upstream as a stream (gateway/request.py), so that a
+client that leaves before its non-streamed answer is done is charged the tokens made so far, and
+the engine request is closed at once (it was charged nothing, while the engine ran to the end).
+The client still gets one JSON body in vLLM's non-streamed shape: the chunks' choices joined per
+`index` (text, reasoning, tool calls, logprobs), each with its finish_reason and stop_reason, and
+the usage of the final usage chunk.
+
+Events are decoded one by one here (a non-streamed request has no per-token hot path to keep).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+CHAT_OBJECT, TEXT_OBJECT = "chat.completion", "text_completion"
+_TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")  # joined across deltas when strings
+_MESSAGE_DEFAULTS = {"refusal": None, "annotations": None, "audio": None, "function_call": None}
+
+
+class _Choice:
+    __slots__ = ("fields", "finish_reason", "logprobs", "role", "stop_reason", "texts", "tool_calls")
+
+    def __init__(self) -> None:
+        self.role = "assistant"
+        self.texts: dict[str, list[str]] = {}  # text field -> its pieces
+        self.fields: dict[str, Any] = {}  # other fields of the choice or its delta, as last sent
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.logprobs: dict[str, list[Any]] | None = None  # list fields of the logprobs, joined
+        self.finish_reason: Any = None
+        self.stop_reason: Any = None
+
+
+class Assembler:
+    """Feed it the stream's events (complete ones, as sse.SseFilter hands them on); `body()` is the
+    answer once the stream has ended."""
+
+    __slots__ = ("_chat", "_choices", "_head", "_usage", "num_events")
+
+    def __init__(self, chat: bool) -> None:
+        self._chat = chat
+        self._head: dict[str, Any] = {}  # id, created, model, ... of the first chunk
+        self._choices: dict[int, _Choice] = {}
+        self._usage: Any = None
+        self.num_events = 0
+
+    def feed(self, events: bytes) -> None:
+        for line in events.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if not payload.startswith(b"{"):
+                continue
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                self._event(event)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        self.num_events += 1
+        if not self._head:
+            self._head = {k: v for k, v in event.items() if k not in ("choices", "usage", "object")}
+        if isinstance(event.get("usage"), dict):
+            self._usage = event["usage"]
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            index = choice.get("index") if isinstance(choice, dict) else None
+            if type(index) is int:
+                self._add(self._choices.setdefault(index, _Choice()), choice)
+
+    def _add(self, into: _Choice, choice: dict[str, Any]) -> None:
+        part = choice.get("delta") if self._chat else choice
+        if isinstance(part, dict):
+            for key, value in part.items():
+                if key == "role" and isinstance(value, str):
+                    into.role = value
+                elif key in _TEXT_FIELDS or (key == "text" and not self._chat):
+                    if isinstance(value, str):
+                        into.texts.setdefault(key, []).append(value)
+                elif key == "tool_calls" and isinstance(value, list):
+                    _add_tool_calls(into.tool_calls, value)
+                elif self._chat and key not in ("index",):
+                    into.fields[key] = value
+        if self._chat:
+            for key, value in choice.items():
+                if key not in ("index", "delta", "logprobs", "finish_reason", "stop_reason"):
+                    into.fields[key] = value
+        if choice.get("finish_reason") is not None:
+            into.finish_reason = choice["finish_reason"]
+        if choice.get("stop_reason") is not None:
+            into.stop_reason = choice["stop_reason"]
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict):
+            joined = into.logprobs if into.logprobs is not None else {}
+            for key, value in logprobs.items():
+                if isinstance(value, list):
+                    joined.setdefault(key, []).extend(value)
+            into.logprobs = joined
+
+    def body(self) -> bytes:
+        answer: dict[str, Any] = {"id": self._head.get("id"), "object": CHAT_OBJECT if self._chat else TEXT_OBJECT}
+        answer.update({k: v for k, v in self._head.items() if k != "id"})
+        answer["choices"] = [self._choice(i, c) for i, c in sorted(self._choices.items())]
+        answer["usage"] = self._usage
+        return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def _choice(self, index: int, c: _Choice) -> dict[str, Any]:
+        texts = {k: "".join(v) for k, v in c.texts.items()}
+        out: dict[str, Any] = {"index": index}
+        if self._chat:
+            message: dict[str, Any] = {"role": c.role, "content": texts.pop("content", "")}
+            message.update(_MESSAGE_DEFAULTS)
+            message["tool_calls"] = [c.tool_calls[i] for i in sorted(c.tool_calls)]
+            message.update(texts)
+            message.update({k: v for k, v in c.fields.items() if k not in message})
+            out["message"] = message
+        else:
+            out["text"] = texts.get("text", "")
+        out["logprobs"] = c.logprobs
+        out["finish_reason"] = c.finish_reason
+        out["stop_reason"] = c.stop_reason
+        return out
+
+
+def _add_tool_calls(calls: dict[int, dict[str, Any]], deltas: list[Any]) -> None:
+    """OpenAI's streamed tool calls: each delta names its call's index; the id, type and name come
+    once, the arguments in pieces."""
+    for delta in deltas:
+        if not isinstance(delta, dict) or type(delta.get("index")) is not int:
+            continue
+        call = calls.setdefault(
+            delta["index"], {"id": None, "type": "function", "function": {"name": None, "arguments": ""}}
+        )
+        if delta.get("id"):
+            call["id"] = delta["id"]
+        if delta.get("type"):
+            call["type"] = delta["type"]
+        function = delta.get("function")
+        if isinstance(function, dict):
+            if function.get("name"):
+                call["function"]["name"] = function["name"]
+            if isinstance(function.get("arguments"), str):
+                call["function"]["arguments"] += function["arguments"]
