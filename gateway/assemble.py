@@ -18,15 +18,26 @@ from typing import Any
 CHAT_OBJECT, TEXT_OBJECT = "chat.completion", "text_completion"
 _TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")  # joined across deltas when strings
 _MESSAGE_DEFAULTS = {"refusal": None, "annotations": None, "audio": None, "function_call": None}
+_COMMON_TOP = {"id": None, "object": None, "created": None, "model": None, "choices": None, "service_tier": None,
+               "system_fingerprint": None, "usage": None}  # fmt: skip
+_CHAT_TOP = {**_COMMON_TOP, "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None,
+             "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}  # fmt: skip
+_TEXT_TOP = {**_COMMON_TOP, "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+_CHAT_CHOICE = {"token_ids": None, "routed_experts": None}
+_TEXT_CHOICE = {"token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None}
+_CHOICE_LISTS = ("token_ids",)  # joined across chunks
+_COMPLETION_TEXT = (*_TEXT_FIELDS, "text")
+_CHOICE_OWN = ("index", "logprobs", "finish_reason", "stop_reason", "tool_calls")  # read by _add itself
 
 
 class _Choice:
-    __slots__ = ("fields", "finish_reason", "logprobs", "role", "stop_reason", "texts", "tool_calls")
+    __slots__ = ("extra", "fields", "finish_reason", "logprobs", "role", "stop_reason", "texts", "tool_calls")
 
     def __init__(self) -> None:
         self.role = "assistant"
         self.texts: dict[str, list[str]] = {}  # text field -> its pieces
-        self.fields: dict[str, Any] = {}  # other fields of the choice or its delta, as last sent
+        self.fields: dict[str, Any] = {}  # other fields of a chat delta, as last sent (into the message)
+        self.extra: dict[str, Any] = {}  # other fields of the choice (token_ids joined; the rest as last sent)
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.logprobs: dict[str, list[Any]] | None = None  # list fields of the logprobs, joined
         self.finish_reason: Any = None
@@ -83,12 +94,19 @@ class Assembler:
                         into.texts.setdefault(key, []).append(value)
                 elif key == "tool_calls" and isinstance(value, list):
                     _add_tool_calls(into.tool_calls, value)
-                elif self._chat and key not in ("index",):
+                elif self._chat:
                     into.fields[key] = value
-        if self._chat:
-            for key, value in choice.items():
-                if key not in ("index", "delta", "logprobs", "finish_reason", "stop_reason"):
-                    into.fields[key] = value
+        for key, value in choice.items():
+            if (
+                key in _CHOICE_OWN
+                or (key == "delta" and self._chat)
+                or (key in _COMPLETION_TEXT and not self._chat)
+            ):
+                continue
+            if key in _CHOICE_LISTS and isinstance(value, list):
+                into.extra.setdefault(key, []).extend(value)
+            elif value is not None or key not in into.extra:
+                into.extra[key] = value
         if choice.get("finish_reason") is not None:
             into.finish_reason = choice["finish_reason"]
         if choice.get("stop_reason") is not None:
@@ -102,10 +120,16 @@ class Assembler:
             into.logprobs = joined
 
     def body(self) -> bytes:
-        answer: dict[str, Any] = {"id": self._head.get("id"), "object": CHAT_OBJECT if self._chat else TEXT_OBJECT}
-        answer.update({k: v for k, v in self._head.items() if k != "id"})
+        """vLLM 0.32's non-streamed answer (ChatCompletionResponse / CompletionResponse, every field
+        in its order), filled from the stream; fields the stream had that vLLM's answer lacks follow."""
+        answer: dict[str, Any] = dict(_CHAT_TOP if self._chat else _TEXT_TOP)
+        answer["object"] = CHAT_OBJECT if self._chat else TEXT_OBJECT
+        answer.update({k: v for k, v in self._head.items() if k not in answer or v is not None})
         answer["choices"] = [self._choice(i, c) for i, c in sorted(self._choices.items())]
-        answer["usage"] = self._usage
+        if self._usage is not None:  # a backend that reports no usage sends none here either
+            answer["usage"] = self._usage
+        else:
+            del answer["usage"]
         return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
 
     def _choice(self, index: int, c: _Choice) -> dict[str, Any]:
@@ -114,7 +138,9 @@ class Assembler:
         if self._chat:
             message: dict[str, Any] = {"role": c.role, "content": texts.pop("content", "")}
             message.update(_MESSAGE_DEFAULTS)
-            message["tool_calls"] = [c.tool_calls[i] for i in sorted(c.tool_calls)]
+            if c.tool_calls:  # vLLM leaves an empty list out
+                message["tool_calls"] = [c.tool_calls[i] for i in sorted(c.tool_calls)]
+            message["reasoning"] = None
             message.update(texts)
             message.update({k: v for k, v in c.fields.items() if k not in message})
             out["message"] = message
@@ -123,6 +149,8 @@ class Assembler:
         out["logprobs"] = c.logprobs
         out["finish_reason"] = c.finish_reason
         out["stop_reason"] = c.stop_reason
+        out.update(_CHAT_CHOICE if self._chat else _TEXT_CHOICE)
+        out.update({k: v for k, v in c.extra.items() if v is not None})
         return out
 
 

@@ -64,8 +64,11 @@ def of_body(call: Call, answer: Any) -> Charge:
 
 
 def abandoned(call: Call) -> Charge:
-    """The client went away before any answer came, after the request went to a backend."""
-    return Charge(prompt_estimate(call), 0, exact=False)
+    """The client went away before any answer came, after the request went to a backend. A
+    non-streamed request the backend could not stream (prompt_logprobs) may have made its whole
+    answer unseen: it is charged its whole completion budget."""
+    unseen = call.budget_tokens if not call.stream and not call.assembled else 0
+    return Charge(prompt_estimate(call), unseen, exact=False)
 
 
 def _count(value: object) -> bool:

@@ -57,6 +57,7 @@ class Call:
     max_tokens: int | None  # the completion tokens the client asked for (per choice); None: not said
     client_wants_continuous_usage: bool = False  # usage on every chunk (and include_usage, as vLLM has it)
     budget_tokens: int = 0  # completion tokens reserved against tpm: (max_tokens or the default) x n x prompts
+    assembled: bool = False  # not streamed for the client, yet asked upstream as a stream (assemble.py)
     choices_per_prompt: int = 1  # n (or best_of, if larger)
     prompt_estimates: list[int] = field(default_factory=list)  # per prompt of the request: its tokens, estimated
     _encoded: bytes | None = None
@@ -150,6 +151,7 @@ def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> C
         sent = min(settings.default_max_tokens, settings.max_tokens_limit)
     call.budget_tokens = (sent or settings.default_max_tokens) * choices * len(prompt_estimates)
     call.choices_per_prompt, call.prompt_estimates = choices, prompt_estimates
+    call.assembled = not stream and body.get("prompt_logprobs") in (None, 0)  # vLLM: no prompt_logprobs in a stream
     call._encoded = _upstream_bytes(call, settings.drop_body_fields, None if sent == asked.max_tokens else sent)
     return call
 
@@ -165,7 +167,11 @@ def _upstream_bytes(call: Call, drop: list[str], max_tokens: int | None) -> byte
             del body[name]
             reencode = True
     raw = call.raw
-    if not call.stream:  # streamed upstream all the same, and put together for the client (assemble.py)
+    if not call.stream and not call.assembled:
+        if "stream_options" in body:
+            del body["stream_options"]  # vLLM refuses stream_options without stream
+            reencode = True
+    elif not call.stream:  # streamed upstream all the same, and put together for the client (assemble.py)
         reencode = reencode or "stream" in body or "stream_options" in body
         body["stream"] = True
         body["stream_options"] = dict(STREAM_OPTIONS)

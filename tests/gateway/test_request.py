@@ -96,12 +96,25 @@ def test_a_request_that_is_not_streamed_goes_upstream_as_a_stream_with_usage_on_
     answer together); the client's own stream_options are replaced, since it gets no stream."""
     raw = b'{"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}'
     call = parse(raw)
-    assert json.loads(call.body_for(None)) == {"model": "m", "prompt": "x", "stream": True, "stream_options": USAGE_ALWAYS}
+    assert json.loads(call.body_for(None)) == {
+        "model": "m",
+        "prompt": "x",
+        "stream": True,
+        "stream_options": USAGE_ALWAYS,
+    }
     assert (call.stream, call.client_wants_usage, call.client_wants_continuous_usage) == (False, False, False)
     plain = b'{"model": "m", "prompt": "x"}'
     assert parse(plain).body_for(None).startswith(plain[:-1])  # appended to the client's bytes, not re-encoded
     false = b'{"model": "m", "prompt": "x", "stream": false}'
     assert json.loads(parse(false).body_for(None))["stream"] is True
+
+
+def test_prompt_logprobs_not_streamed_upstream_since_vllm_refuses_them_in_a_stream() -> None:
+    raw = b'{"model": "m", "prompt": "x", "prompt_logprobs": 2, "stream_options": {"include_usage": true}}'
+    call = parse(raw)
+    assert not call.assembled
+    assert json.loads(call.body_for(None)) == {"model": "m", "prompt": "x", "prompt_logprobs": 2}
+    assert parse(b'{"model": "m", "prompt": "x", "prompt_logprobs": 0}').assembled
 
 
 def test_limits_and_stream_flags_read_from_the_body() -> None:
