@@ -3,8 +3,9 @@
 The rules the gateway reads too (model, stream, stream_options, messages or prompt, max_tokens,
 max_completion_tokens, n) are zerogap/openai_request.py's, so a mistake gets the same message here
 as through the gateway. What is the sim's own: the model it serves (a 404 for another), text
-content only, one prompt per request with token ids in its vocabulary, n = 1, stream_options only
-with stream (as vLLM), the context length, stop and ignore_eos.
+content only, token ids in its vocabulary, stream_options only with stream (as vLLM), the context
+length (each prompt of a list on its own, as vLLM), stop and ignore_eos. A completions prompt may
+be a list of prompts and n may be above 1: the engine runs n sequences per prompt (choices.py).
 
 Errors are vLLM-shaped: {"error": {"message", "type": "BadRequestError", "param", "code": 400}}.
 Prompt tokens are counted as whitespace-separated words (see words.py); a chat prompt
@@ -50,13 +51,25 @@ def _shared_rules() -> Iterator[None]:
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     chat: bool
-    prompt_token_ids: list[int]
-    max_tokens: int
+    prompt_token_ids: list[int]  # the first (usually the only) prompt
+    max_tokens: int  # the first prompt's completion limit, per choice
     stream: bool
     include_usage: bool
     continuous_usage: bool
     ignore_eos: bool
     stop_ids: frozenset[int]
+    n: int = 1  # choices per prompt
+    more_prompts: tuple[tuple[list[int], int], ...] = ()  # a completions list's other prompts, with their limits
+
+    @property
+    def single(self) -> bool:
+        """One prompt, one choice: the usual request (and the engine's fast path)."""
+        return self.n == 1 and not self.more_prompts
+
+    @property
+    def prompts(self) -> list[tuple[list[int], int]]:
+        """Every prompt with its completion limit, in the list's order."""
+        return [(self.prompt_token_ids, self.max_tokens), *self.more_prompts]
 
 
 def parse_generation(body: Any, settings: SimSettings, chat: bool) -> GenerationRequest:
@@ -66,11 +79,11 @@ def parse_generation(body: Any, settings: SimSettings, chat: bool) -> Generation
         asked = check_fields(body, chat, model_required=False)
         ignore_eos = flag(body.get("ignore_eos"), "ignore_eos")
     _check_served(asked.model, settings)
-    prompt = words.tokenize(_chat_text(body["messages"])) if chat else _completion_prompt(body["prompt"])
-    if not prompt:
+    prompts = [words.tokenize(_chat_text(body["messages"]))] if chat else _completion_prompts(body["prompt"])
+    if not all(prompts):
         raise RequestError("The prompt is empty: send at least one word.", "messages" if chat else "prompt")
-    if asked.n not in (None, 1):
-        raise RequestError(f"'n' must be 1: the simulated engine returns one choice (got {asked.n}).", "n")
+    named = _token_field(body, chat)
+    limits = [_max_tokens(asked.max_tokens, named, len(p), settings.max_model_len) for p in prompts]
     temperature = body.get("temperature")
     if temperature is not None and type(temperature) not in (int, float):
         raise RequestError(f"'temperature' must be a number (got {shown(temperature)}).", "temperature")
@@ -80,13 +93,15 @@ def parse_generation(body: Any, settings: SimSettings, chat: bool) -> Generation
         )
     return GenerationRequest(
         chat=chat,
-        prompt_token_ids=prompt,
-        max_tokens=_max_tokens(asked.max_tokens, _token_field(body, chat), len(prompt), settings.max_model_len),
+        prompt_token_ids=prompts[0],
+        max_tokens=limits[0],
         stream=asked.stream,
         include_usage=asked.include_usage,
         continuous_usage=asked.include_usage and asked.continuous_usage_stats,  # as vLLM: should_include_usage
         ignore_eos=ignore_eos,
         stop_ids=_stop_ids(body.get("stop")),
+        n=asked.n or 1,
+        more_prompts=tuple(zip(prompts[1:], limits[1:], strict=True)),
     )
 
 
@@ -131,21 +146,21 @@ def _message_text(content: Any, i: int) -> str:
     raise RequestError(f"'messages[{i}].content' must be a string or a list of text parts.", "messages")
 
 
-def _completion_prompt(prompt: str | list[Any]) -> list[int]:
-    """The prompt's token ids; its shape is checked already (openai_request), but the sim takes one
-    prompt per request, with ids in its vocabulary."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return words.tokenize(prompt)
-    if prompt and isinstance(prompt[0], int):
-        if max(prompt) >= words.VOCAB_SIZE:
-            raise RequestError(
-                f"'prompt' holds token id {max(prompt)}; the simulated engine's ids are 0 to {words.VOCAB_SIZE - 1}.",
-                "prompt",
-            )
-        return list(prompt)
-    raise RequestError("The simulated engine takes one prompt per request: send them separately.", "prompt")
+def _completion_prompts(prompt: str | list[Any]) -> list[list[int]]:
+    """Each prompt's token ids (a string, a list of ids, or a list of either: its shape is checked
+    already, by openai_request), with ids in the sim's vocabulary."""
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        prompt = [prompt]
+    return [words.tokenize(p) if isinstance(p, str) else _known_ids(p) for p in prompt]
+
+
+def _known_ids(ids: list[int]) -> list[int]:
+    if max(ids) >= words.VOCAB_SIZE:
+        raise RequestError(
+            f"'prompt' holds token id {max(ids)}; the simulated engine's ids are 0 to {words.VOCAB_SIZE - 1}.",
+            "prompt",
+        )
+    return list(ids)
 
 
 def _token_field(body: dict[str, Any], chat: bool) -> str:

@@ -1,9 +1,10 @@
 """The HTTP API on aiohttp.web: vLLM's OpenAI-compatible routes plus /metrics.
 
-Each request gets a Sequence in the engine and a TokenSink; a streaming handler writes
-whatever tokens piled up since it last ran, in one write. A client that disconnects
-cancels its handler (handler_cancellation) or fails its write; either way the
-request is aborted and its slot and KV blocks are freed.
+Each request gets a Sequence in the engine and a TokenSink (one of each per choice when it
+asks for several: choices.py); a streaming handler writes whatever tokens piled up since it
+last ran, in one write. A client that disconnects cancels its handler (handler_cancellation)
+or fails its write; either way the request is aborted (every choice) and its slots and KV
+blocks are freed.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 from aiohttp import web
 
 from backends.sim import words
+from backends.sim.choices import Choices
 from backends.sim.engine import RealtimeEngine
-from backends.sim.protocol import RequestError, parse_generation
+from backends.sim.protocol import GenerationRequest, RequestError, parse_generation
 from backends.sim.settings import SimSettings
 from backends.sim.sse import ResponseBuilder
-from backends.sim.stream import SseWriter, TokenSink
+from backends.sim.stream import SseWriter, TokenSink, Transport
 from backends.sim.tokenize_api import LearnedWords, detokenize, tokenize
 
 ENGINE = web.AppKey("engine", RealtimeEngine)
@@ -99,6 +101,8 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     gen = parse_generation(await _json_body(request), settings, chat)
     engine = request.app[ENGINE]
+    if not gen.single:
+        return await _generate_choices(request, gen, engine, settings.model)
     seq = engine.core.new_sequence(gen.prompt_token_ids, gen.max_tokens, time.monotonic(), gen.ignore_eos, gen.stop_ids)
     sink = engine.submit(seq)
     builder = ResponseBuilder(gen, settings.model)
@@ -113,17 +117,52 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
 
 
 async def _stream(request: web.Request, builder: ResponseBuilder, sink: TokenSink) -> web.StreamResponse:
+    response, transport, chunked = await _open_stream(request)
+    if not sink.attach(SseWriter(transport, builder, chunked)):
+        raise ConnectionResetError("the client went away")
+    await sink.done
+    await response.write_eof()
+    return response
+
+
+async def _generate_choices(
+    request: web.Request, gen: GenerationRequest, engine: RealtimeEngine, model: str
+) -> web.StreamResponse:
+    """n > 1 or a list of prompts: a sequence per choice, prompt-major (choices.py)."""
+    now = time.monotonic()
+    seqs = [
+        engine.core.new_sequence(prompt, max_tokens, now, gen.ignore_eos, gen.stop_ids)
+        for prompt, max_tokens in gen.prompts
+        for _ in range(gen.n)
+    ]
+    choices = Choices(gen, model, [engine.submit(seq) for seq in seqs])
+    try:
+        if not gen.stream:
+            await choices.done
+            return web.json_response(choices.body())
+        response, transport, chunked = await _open_stream(request)
+        if not choices.attach(transport, chunked):
+            raise ConnectionResetError("the client went away")
+        await choices.done
+        await response.write_eof()
+        return response
+    finally:
+        for seq in seqs:
+            if not seq.finished:
+                engine.abort(seq)
+
+
+async def _open_stream(request: web.Request) -> tuple[web.StreamResponse, Transport, bool]:
+    """The SSE response with its headers sent, the socket to write events to, and whether to chunk them."""
     response = web.StreamResponse(headers=SSE_HEADERS)
     chunked = request.version >= (1, 1)
     if chunked:
         response.enable_chunked_encoding()
     await response.prepare(request)
     transport = request.transport
-    if transport is None or not sink.attach(SseWriter(transport, builder, chunked)):
+    if transport is None:
         raise ConnectionResetError("the client went away")
-    await sink.done
-    await response.write_eof()
-    return response
+    return response, transport, chunked
 
 
 async def _models(request: web.Request) -> web.Response:

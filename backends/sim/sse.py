@@ -34,18 +34,32 @@ def usage(num_prompt: int, num_completion: int, num_cached: int = 0) -> dict[str
 
 
 class ResponseBuilder:
-    def __init__(self, request: GenerationRequest, model: str) -> None:
+    """The chunks of one choice (`index`). A request with several choices has one builder per
+    choice, made `like` the first one: the same id and created time, each its prompt's length."""
+
+    def __init__(
+        self,
+        request: GenerationRequest,
+        model: str,
+        index: int = 0,
+        num_prompt: int | None = None,
+        like: ResponseBuilder | None = None,
+    ) -> None:
         self.request = request
         self.chat = request.chat
-        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
-        self.created = int(time.time())
+        if like is None:
+            self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
+            self.created = int(time.time())
+        else:
+            self.id, self.created = like.id, like.created
         self.model = model
-        self.num_prompt = len(request.prompt_token_ids)
+        self.index = index
+        self.num_prompt = len(request.prompt_token_ids) if num_prompt is None else num_prompt
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         prefix = f'data: {{"id":"{self.id}","object":"{obj}","created":{self.created},"model":{json.dumps(model)},'
         self._prefix = prefix.encode()
-        opener = '"choices":[{"index":0,"delta":{"content":"' if self.chat else '"choices":[{"index":0,"text":"'
-        self._head = self._prefix + opener.encode()
+        self._choice = f'"choices":[{{"index":{index},'.encode()
+        self._head = self._prefix + self._choice + (b'"delta":{"content":"' if self.chat else b'"text":"')
         close = b'"},' if self.chat else b'",'
         self._tail = close + b'"logprobs":null,"finish_reason":null}]}\n\n'
 
@@ -54,8 +68,8 @@ class ResponseBuilder:
         first token (vLLM sends it on the engine's first output, i.e. after prefill)."""
         if not self.chat:
             return b""
-        body = '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
-        return self._prefix + body.encode() + self._usage_suffix(0) + b"}\n\n"
+        body = b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+        return self._prefix + self._choice + body + self._usage_suffix(0) + b"}\n\n"
 
     def token_chunks(self, token_ids: list[int], num_before: int, finish_reason: str | None) -> bytes:
         """SSE events for tokens; the last carries finish_reason when the request ended."""
@@ -79,9 +93,9 @@ class ResponseBuilder:
     def _chunk(self, text: bytes, num_completion: int, finish_reason: str | None) -> bytes:
         reason = "null" if finish_reason is None else f'"{finish_reason}"'
         if self.chat:
-            choice = b'"choices":[{"index":0,"delta":{"content":"' + text + b'"},'
+            choice = self._choice + b'"delta":{"content":"' + text + b'"},'
         else:
-            choice = b'"choices":[{"index":0,"text":"' + text + b'",'
+            choice = self._choice + b'"text":"' + text + b'",'
         choice += f'"logprobs":null,"finish_reason":{reason},"stop_reason":null}}]'.encode()
         return self._prefix + choice + self._usage_suffix(num_completion) + b"}\n\n"
 
@@ -92,24 +106,40 @@ class ResponseBuilder:
 
     def end_chunks(self, finish_reason: str, num_completion: int, num_cached: int, sent_final: bool) -> bytes:
         """After the last token: a bare finish chunk if none was sent, usage if asked, [DONE]."""
-        out = b"" if sent_final else self._final_chunk(None, num_completion, finish_reason)
-        if self.request.include_usage:
-            body = json.dumps(usage(self.num_prompt, num_completion, num_cached))
-            out += self._prefix + b'"choices":[],"usage":' + body.encode() + b"}\n\n"
-        return out + DONE
+        out = self.finish_chunk(finish_reason, num_completion, sent_final)
+        return out + self.closing(self.num_prompt, num_completion, num_cached)
+
+    def finish_chunk(self, finish_reason: str, num_completion: int, sent_final: bool) -> bytes:
+        """This choice's bare finish chunk, unless its last token carried the finish_reason."""
+        return b"" if sent_final else self._final_chunk(None, num_completion, finish_reason)
+
+    def closing(self, num_prompt: int, num_completion: int, num_cached: int) -> bytes:
+        """After every choice has finished: the usage if asked (as vLLM: each prompt's tokens
+        once, the completion tokens of every choice), then [DONE]."""
+        if not self.request.include_usage:
+            return DONE
+        body = json.dumps(usage(num_prompt, num_completion, num_cached))
+        return self._prefix + b'"choices":[],"usage":' + body.encode() + b"}\n\n" + DONE
 
     def full(self, token_ids: list[int], finish_reason: str, num_cached: int) -> dict[str, Any]:
-        text = text_of(token_ids)
-        if self.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
-        else:
-            choice = {"index": 0, "text": text}
-        choice.update({"logprobs": None, "finish_reason": finish_reason, "stop_reason": None})
+        return self.full_body([(token_ids, finish_reason)], self.num_prompt, num_cached)
+
+    def full_body(self, outputs: list[tuple[list[int], str]], num_prompt: int, num_cached: int) -> dict[str, Any]:
+        """The non-streamed answer: one choice per (tokens, finish_reason), in index order."""
+        choices = []
+        for index, (token_ids, finish_reason) in enumerate(outputs):
+            text = text_of(token_ids)
+            if self.chat:
+                choice: dict[str, Any] = {"index": index, "message": {"role": "assistant", "content": text}}
+            else:
+                choice = {"index": index, "text": text}
+            choice.update({"logprobs": None, "finish_reason": finish_reason, "stop_reason": None})
+            choices.append(choice)
         return {
             "id": self.id,
             "object": "chat.completion" if self.chat else "text_completion",
             "created": self.created,
             "model": self.model,
-            "choices": [choice],
-            "usage": usage(self.num_prompt, len(token_ids), num_cached),
+            "choices": choices,
+            "usage": usage(num_prompt, sum(len(tokens) for tokens, _ in outputs), num_cached),
         }

@@ -3,16 +3,20 @@
 A streaming request attaches an SseWriter once its response headers are out; from
 then on the step loop writes each token's pre-encoded SSE event (HTTP/1.1 chunk
 framed) to the transport itself: no task switch per token. A non-streaming request
-collects tokens. Either way the handler awaits one Future: the finish reason.
+collects tokens. Either way the handler awaits one Future: the finish reason. A request
+with several choices (choices.py) has a sink and a writer per choice, one Future for all.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from backends.sim.sequence import Sequence
 from backends.sim.sse import ResponseBuilder
+
+if TYPE_CHECKING:
+    from backends.sim.choices import Choices
 
 
 class Transport(Protocol):
@@ -55,15 +59,34 @@ class SseWriter:
             return False
         data = self.builder.token_chunks(tokens, num_before, finish_reason)
         if finish_reason is not None:
-            data += self.builder.end_chunks(finish_reason, num_before + len(tokens), num_cached, bool(tokens))
+            data += self.end(finish_reason, num_before + len(tokens), num_cached, bool(tokens))
         if self.opener:
-            data, self.opener = self.opener + data, b""
+            data = self.open() + data
         self.transport.write(self._frame(data))
         return True
 
+    def open(self) -> bytes:
+        """What goes before the first token (a chat stream's role chunk), once."""
+        opener, self.opener = self.opener, b""
+        return opener
+
+    def end(self, finish_reason: str, num_completion: int, num_cached: int, sent_final: bool) -> bytes:
+        """What follows the last token: the finish chunk if the token did not carry it, usage, [DONE]."""
+        return self.builder.end_chunks(finish_reason, num_completion, num_cached, sent_final)
+
 
 class TokenSink:
-    __slots__ = ("done", "finish_reason", "first_token_s", "last_token_s", "num_sent", "seq", "tokens", "writer")
+    __slots__ = (
+        "done",
+        "finish_reason",
+        "first_token_s",
+        "group",
+        "last_token_s",
+        "num_sent",
+        "seq",
+        "tokens",
+        "writer",
+    )
 
     def __init__(self, seq: Sequence) -> None:
         self.seq = seq
@@ -73,6 +96,7 @@ class TokenSink:
         self.first_token_s: float | None = None
         self.last_token_s = 0.0
         self.writer: SseWriter | None = None
+        self.group: Choices | None = None  # the request's other choices, when it has several
         self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     def push(self, token: int, finish_reason: str | None) -> bool:
@@ -102,3 +126,5 @@ class TokenSink:
         self.finish_reason = finish_reason
         if not self.done.done():
             self.done.set_result(finish_reason)
+            if self.group is not None:
+                self.group.closed(finish_reason)

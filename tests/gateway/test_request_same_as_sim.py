@@ -154,8 +154,9 @@ async def test_the_pair_is_wired_and_a_rule_of_the_sims_own_comes_back_through_t
     body = {"model": MODEL, "messages": MSG, "max_tokens": 2, "stream": False}
     status, _, raw = await post(gateway.url + CHAT, body, auth())
     assert status == 200, raw
-    # n = 2 is valid OpenAI (the gateway passes it), but the sim returns one choice: its own 400
-    at_gateway = await refusal(gateway.url + CHAT, {**body, "n": 2}, auth())
-    at_sim = await refusal(sim.url + CHAT, {**body, "n": 2})
-    assert at_sim["param"] == "n" and "'n' must be 1" in at_sim["message"]
+    # token id 32000 is valid OpenAI (the gateway passes it), but past the sim's vocabulary: its own 400
+    ids = {"model": MODEL, "prompt": [1, 32000], "max_tokens": 2}
+    at_gateway = await refusal(gateway.url + COMPLETIONS, ids, auth())
+    at_sim = await refusal(sim.url + COMPLETIONS, ids)
+    assert at_sim["param"] == "prompt" and "ids are 0 to 31999" in at_sim["message"]
     assert at_gateway["message"] == at_sim["message"]

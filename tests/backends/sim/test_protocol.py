@@ -66,16 +66,31 @@ def test_chat_reads_max_completion_tokens_first_and_completions_only_max_tokens(
     assert parse(body, chat=False).max_tokens == 4
 
 
-def test_one_prompt_per_request_with_ids_in_the_vocabulary() -> None:
+def test_token_ids_in_the_vocabulary() -> None:
     last = words.VOCAB_SIZE - 1
     assert parse({"prompt": [0, last]}, chat=False).prompt_token_ids == [0, last]
     assert parse({"prompt": [[5, 6]]}, chat=False).prompt_token_ids == [5, 6]
     assert parse({"prompt": ["a b"]}, chat=False).prompt_token_ids == words.tokenize("a b")
     err = refused({"prompt": [1, words.VOCAB_SIZE]}, chat=False)
     assert err.param == "prompt" and f"0 to {last}" in err.message
-    for many in (["a", "b"], [[1], [2]]):
-        assert "one prompt per request" in refused({"prompt": many}, chat=False).message
+    err = refused({"prompt": [[1], [2, words.VOCAB_SIZE]]}, chat=False)  # in any prompt of a list
+    assert err.param == "prompt" and f"0 to {last}" in err.message
     assert refused({"prompt": ""}, chat=False).message == "The prompt is empty: send at least one word."
+
+
+def test_a_list_of_prompts_each_with_its_own_context_limit() -> None:
+    """As vLLM: each prompt of a list is a request of its own; with no max_tokens each gets the rest of
+    the context after its own prompt, and any prompt that leaves no room for max_tokens is refused."""
+    gen = parse({"prompt": ["a b", "c d e f", "g"], "max_tokens": 3}, chat=False)
+    assert gen.prompts == [(words.tokenize("a b"), 3), (words.tokenize("c d e f"), 3), (words.tokenize("g"), 3)]
+    assert not gen.single and gen.n == 1
+    gen = parse({"prompt": [[1, 2], [3, 4, 5, 6]]}, chat=False)
+    assert gen.prompts == [([1, 2], 98), ([3, 4, 5, 6], 96)]  # each prompt its own rest of the 100
+    err = refused({"prompt": ["a", " ".join(["w"] * 10)], "max_tokens": 91}, chat=False)
+    assert err.param == "max_tokens" and "maximum context length is 100" in err.message
+    assert parse({"prompt": ["a", " ".join(["w"] * 10)], "max_tokens": 90}, chat=False).max_tokens == 90
+    err = refused({"prompt": ["a", ""]}, chat=False)
+    assert (err.param, err.message) == ("prompt", "The prompt is empty: send at least one word.")
 
 
 def test_only_text_content_is_counted() -> None:
@@ -88,10 +103,14 @@ def test_only_text_content_is_counted() -> None:
     assert "'messages[0].content' must be a string" in refused({"messages": [{"role": "user", "content": 3}]}).message
 
 
-def test_one_choice_a_numeric_temperature_and_stream_options_only_when_streamed() -> None:
-    assert parse({"messages": MSG, "n": 1, "temperature": 0}).max_tokens == 97
-    err = refused({"messages": MSG, "n": 2})
-    assert err.param == "n" and "'n' must be 1" in err.message
+def test_n_choices_a_numeric_temperature_and_stream_options_only_when_streamed() -> None:
+    gen = parse({"messages": MSG, "n": 1, "temperature": 0})
+    assert (gen.max_tokens, gen.n, gen.single) == (97, 1, True)
+    gen = parse({"messages": MSG, "n": 128})  # the shared rule's bound (MAX_CHOICES)
+    assert (gen.n, gen.single, len(gen.prompts)) == (128, False, 1)
+    assert refused({"messages": MSG, "n": 129}).param == "n"
+    assert refused({"messages": MSG, "n": 0}).param == "n"
+    assert parse({"prompt": ["a", "b"], "n": 3}, chat=False).n == 3
     assert refused({"messages": MSG, "temperature": True}).param == "temperature"
     err = refused({"messages": MSG, "stream_options": {"include_usage": True}})
     assert err.param == "stream_options" and '"stream": true' in err.message
