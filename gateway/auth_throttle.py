@@ -13,11 +13,17 @@ already authenticated from that address passes (`known_good`). Only keys that wo
 do, so a guess never gains by it; a valid key new to that address waits for the block to end.
 
 IPv6 addresses count by their /64, the block a single host or site is usually given. The tables are
-bounded (MAX_ADDRESSES: the least recently failing address leaves first; MAX_KNOWN_GOOD: the
-first added leaves first; about 16 MiB for both, full):
-an attacker with more addresses than that can push its own entries out, but per-address counting
-cannot stop one with that many addresses anyway. Each gateway process counts on its own: with
-`--workers N` an address gets up to N x limit tries per window.
+bounded (about 22 MiB for both, full). Failures: MAX_ADDRESSES, the least recently failing address
+leaves first; an attacker with more addresses than that can push its own entries out, but
+per-address counting cannot stop one with that many addresses anyway. Known-good pairs are kept
+per key: a key remembers at most MAX_ADDRESSES_PER_KEY addresses (the least recently seen leaves
+first), so a client that churns addresses with its key pushes out only that key's own entries;
+and past MAX_KNOWN_GOOD pairs in all, the key with the most addresses loses its least recently
+seen one (of equals, the key that grew last). So a client cannot flush another's entry unless
+it holds more keys than MAX_KNOWN_GOOD divided by the other key's number of addresses, and keys
+are only the admin's to give.
+Each gateway process counts on its own: with `--workers N` an address gets up to N x limit tries
+per window.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from gateway.errors import ApiError
 log = logging.getLogger("zerogap.gateway.auth")
 
 MAX_ADDRESSES = 32_768  # about 300 bytes each
-MAX_KNOWN_GOOD = 32_768
+MAX_KNOWN_GOOD = 32_768  # (key, address) pairs in all; about 400 bytes each when every key has one
+MAX_ADDRESSES_PER_KEY = 1024
 UNKNOWN_ADDRESS = "unknown"  # a server that reports no client address: all such clients share one count
 
 
@@ -72,6 +79,7 @@ class AuthThrottle:
         clock: Callable[[], float] = time.monotonic,
         max_addresses: int = MAX_ADDRESSES,
         max_known_good: int = MAX_KNOWN_GOOD,
+        max_addresses_per_key: int = MAX_ADDRESSES_PER_KEY,
     ) -> None:
         """limit: failures per window before the block (0: throttling off)."""
         self.limit = limit
@@ -79,8 +87,9 @@ class AuthThrottle:
         self.clock = clock
         self.max_addresses = max_addresses
         self.max_known_good = max_known_good
+        self.max_addresses_per_key = max_addresses_per_key
         self._counts: OrderedDict[str, _Count] = OrderedDict()
-        self._known_good: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._known_good = KnownGood(max_known_good, max_addresses_per_key)
 
     @property
     def enabled(self) -> bool:
@@ -92,7 +101,7 @@ class AuthThrottle:
 
     @property
     def num_known_good(self) -> int:
-        return len(self._known_good)
+        return self._known_good.size
 
     def blocked_for_s(self, client: str | None) -> float:
         """Seconds the address stays blocked (0 if it is not)."""
@@ -110,7 +119,7 @@ class AuthThrottle:
 
     def known_good(self, client: str | None, name: str) -> bool:
         """True if the key `name` has authenticated from this address before."""
-        return (address_group(client), name) in self._known_good
+        return self._known_good.holds(name, address_group(client))
 
     def failed(self, client: str | None) -> bool:
         """Count a failed authentication; True if it starts the address's block."""
@@ -138,12 +147,7 @@ class AuthThrottle:
         """The key `name` authenticated from this address: it may pass while the address is blocked."""
         if self.limit <= 0:
             return
-        entry = (address_group(client), name)
-        if entry in self._known_good:  # on every request: kept first in, first out (no reordering)
-            return
-        self._known_good[entry] = None
-        if len(self._known_good) > self.max_known_good:
-            self._known_good.popitem(last=False)
+        self._known_good.add(name, address_group(client))
 
     def _trim(self, now_s: float) -> None:
         """Drop the least recently seen entries while they are over (window and block both ended)
@@ -167,3 +171,62 @@ class AuthThrottle:
             code="too_many_auth_failures",
             headers={"Retry-After": str(seconds)},
         )
+
+
+class KnownGood:
+    """(key, address) pairs, kept per key: each key's addresses least recently seen first, at most
+    `per_key` of them; past `most` pairs in all, a pair leaves the key with the most addresses (of
+    those, the one that grew last: the client adding pairs now). `_sizes[n]` holds the keys with n
+    addresses, in the order they got there (so that key is found without a search)."""
+
+    def __init__(self, most: int, per_key: int) -> None:
+        self.most = most
+        self.per_key = per_key
+        self.size = 0
+        self._by_key: dict[str, dict[str, None]] = {}  # plain dicts, in order of use: smaller than OrderedDict
+        self._sizes: dict[int, dict[str, None]] = {}
+        self._largest = 0
+
+    def holds(self, name: str, group: str) -> bool:
+        addresses = self._by_key.get(name)
+        return addresses is not None and group in addresses
+
+    def add(self, name: str, group: str) -> None:
+        """On every authenticated request: a lookup, and a move to the end when the pair is known."""
+        addresses = self._by_key.get(name)
+        if addresses is None:
+            addresses = self._by_key[name] = {}
+        elif group in addresses:
+            del addresses[group]
+            addresses[group] = None
+            return
+        addresses[group] = None
+        self.size += 1
+        self._resized(name, len(addresses) - 1)
+        if len(addresses) > self.per_key:
+            self._drop_oldest(name)
+        elif self.size > self.most:
+            self._drop_oldest(next(reversed(self._sizes[self._largest])))
+
+    def _drop_oldest(self, name: str) -> None:
+        addresses = self._by_key[name]
+        del addresses[next(iter(addresses))]
+        self.size -= 1
+        self._resized(name, len(addresses) + 1)
+        if not addresses:
+            del self._by_key[name]
+
+    def _resized(self, name: str, was: int) -> None:
+        """Move `name` from the keys with `was` addresses to those with its number now."""
+        now = len(self._by_key[name])
+        if was:
+            keys = self._sizes[was]
+            del keys[name]
+            if not keys:
+                del self._sizes[was]
+        if now:
+            self._sizes.setdefault(now, {})[name] = None
+        if now > self._largest:
+            self._largest = now
+        while self._largest and self._largest not in self._sizes:
+            self._largest -= 1

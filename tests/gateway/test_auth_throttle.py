@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.auth_throttle import MAX_ADDRESSES, MAX_KNOWN_GOOD, AuthThrottle, address_group
+from gateway.auth_throttle import MAX_ADDRESSES, MAX_ADDRESSES_PER_KEY, MAX_KNOWN_GOOD, AuthThrottle, address_group
 from gateway.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, chat_body, error_of, get, make_config, metric
@@ -77,9 +77,13 @@ def test_ipv6_counts_by_its_64() -> None:
     assert throttle.blocked_for_s("2001:db8::ffff") > 0
 
 
+def address(i: int, first: int = 10) -> str:
+    return f"{first}.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
+
+
 def test_tables_stay_bounded_under_a_flood_of_addresses() -> None:
-    """80,000 addresses fail (and a key works from each) within one window: each table keeps the
-    latest 32,768 (its bound), the blocked address that keeps trying among them, in under 20 MiB."""
+    """80,000 addresses fail (and a key of its own works from each) within one window: each table
+    keeps 32,768 (its bound), the blocked address that keeps trying among them, in under 24 MiB."""
     clock = Clock()
     throttle = AuthThrottle(2, 10.0, clock)
     throttle.failed("192.0.2.1")
@@ -87,8 +91,8 @@ def test_tables_stay_bounded_under_a_flood_of_addresses() -> None:
     tracemalloc.start()
     try:
         for i in range(80_000):
-            throttle.failed(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
-            throttle.succeeded(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", "team")
+            throttle.failed(address(i))
+            throttle.succeeded(address(i), f"team-{i}")
             if i % 500 == 0:
                 assert throttle.blocked_for_s("192.0.2.1") > 0  # seen again: it stays in the table
         _, peak_bytes = tracemalloc.get_traced_memory()
@@ -96,10 +100,54 @@ def test_tables_stay_bounded_under_a_flood_of_addresses() -> None:
         tracemalloc.stop()
     assert throttle.num_addresses == MAX_ADDRESSES and throttle.num_known_good == MAX_KNOWN_GOOD
     assert throttle.blocked_for_s("192.0.2.1") > 0
-    assert peak_bytes < 20 * 2**20, peak_bytes
+    assert peak_bytes < 24 * 2**20, peak_bytes
     clock.now_s += 10.0  # all windows over: the next failure clears the table of them
     throttle.failed("10.9.9.9")
     assert throttle.num_addresses == 1
+
+
+def test_a_client_churning_addresses_with_its_key_keeps_only_its_own_entries() -> None:
+    """One key from 100,000 addresses (more than the whole table): that key keeps its latest
+    MAX_ADDRESSES_PER_KEY; another key's address, seen before, is still known good, and passes
+    its block."""
+    throttle = AuthThrottle(2, 10.0, Clock())
+    throttle.succeeded("192.0.2.1", "office")
+    for i in range(100_000):
+        throttle.succeeded(address(i), "churner")
+    assert throttle.known_good("192.0.2.1", "office")
+    assert throttle.num_known_good == 1 + MAX_ADDRESSES_PER_KEY
+    assert throttle.known_good(address(99_999), "churner") and not throttle.known_good(address(0), "churner")
+
+
+def test_a_key_keeps_the_addresses_it_uses_most_recently() -> None:
+    throttle = AuthThrottle(2, 10.0, Clock(), max_addresses_per_key=3)
+    for host in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+        throttle.succeeded(host, "team")
+    throttle.succeeded("10.0.0.1", "team")  # used again: the least recently used is now .2
+    throttle.succeeded("10.0.0.4", "team")
+    assert [throttle.known_good(f"10.0.0.{i}", "team") for i in range(1, 5)] == [True, False, True, True]
+
+
+def test_a_client_churning_keys_cannot_flush_another_keys_entries() -> None:
+    """A client holding more keys than the table holds pairs uses each from its one address: the
+    table stays at its bound, and the keys seen before it (one address each, as many as its) keep
+    theirs."""
+    throttle = AuthThrottle(2, 10.0, Clock(), max_known_good=1000)
+    throttle.succeeded("192.0.2.1", "office")
+    throttle.succeeded("192.0.2.2", "shop")
+    for i in range(5000):
+        throttle.succeeded("198.51.100.7", f"stolen-{i}")
+    assert throttle.num_known_good == 1000
+    assert throttle.known_good("192.0.2.1", "office") and throttle.known_good("192.0.2.2", "shop")
+
+
+def test_past_the_total_the_key_with_the_most_addresses_gives_one_up() -> None:
+    throttle = AuthThrottle(2, 10.0, Clock(), max_known_good=6, max_addresses_per_key=100)
+    throttle.succeeded("192.0.2.1", "office")
+    for i in range(10):  # the churner grows to 5, then each new address pushes out its own oldest
+        throttle.succeeded(address(i), "churner")
+    assert throttle.num_known_good == 6 and throttle.known_good("192.0.2.1", "office")
+    assert [throttle.known_good(address(i), "churner") for i in range(10)] == [False] * 5 + [True] * 5
 
 
 # --- a real gateway ------------------------------------------------------------------------------
