@@ -10,6 +10,7 @@ blocks are freed.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ ENGINE = web.AppKey("engine", RealtimeEngine)
 SETTINGS = web.AppKey("settings", SimSettings)
 LEARNED = web.AppKey("learned_words", LearnedWords)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_log = logging.getLogger("zerogap.sim")
 
 
 def create_app(settings: SimSettings) -> web.Application:
@@ -60,6 +62,9 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         response: web.StreamResponse = await handler(request)
         return response
+    except ConnectionResetError as exc:  # the client left (a cut stream, a closed socket): normal, no traceback
+        _log.debug("client gone: %s %s (%s)", request.method, request.path, exc)
+        return web.Response(status=499, reason="Client Closed Request")  # its socket is closing: never sent
     except RequestError as exc:
         return web.json_response(exc.body(), status=exc.status)
     except web.HTTPRequestEntityTooLarge as exc:
