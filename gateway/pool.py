@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gateway.routing.affinity import PrefixAffinity, Route
+from gateway.routing.policy import Route, RoutingPolicy
+from gateway.routing.prefix import Prompt
+from gateway.routing.registry import make_policy
 from zerogap.config.gateway import BackendEntry
 from zerogap.config.routing import CacheAwareSection
 
@@ -33,8 +35,10 @@ class Backend:
 
 
 class ModelPool:
-    """The backends serving one model name.
+    """The backends serving one model name, and its routing policy (gateway/routing/).
 
+    The pool makes the candidates: the healthy backends not yet tried, in the rotation's order
+    (ties rotate); a backend that is down makes the policy forget it (its engine's cache is gone).
     Panic routing (`panic`, as Envoy's healthy-panic threshold at its lowest): while no backend
     of the model is healthy, every backend is a candidate. A health check that failed because a
     backend answered late (a loaded host, a pause) then costs nothing, and one that is truly down
@@ -44,58 +48,45 @@ class ModelPool:
         self,
         model: str,
         backends: list[Backend],
-        policy: str,
+        policy: str | RoutingPolicy,
         cache_aware: CacheAwareSection | None = None,
         panic: bool = True,
     ) -> None:
         self.model = model
         self.backends = backends
-        self.policy = policy
+        self.policy = make_policy(policy, cache_aware) if isinstance(policy, str) else policy
         self.panic = panic
         self._next = 0
-        self.affinity = PrefixAffinity(cache_aware or CacheAwareSection()) if policy == "cache_aware" else None
 
     def panicking(self) -> bool:
         """Whether requests go to backends out of the pool now (panic routing, none healthy)."""
         return self.panic and not any(b.healthy for b in self.backends)
 
-    def choose(self, exclude: Iterable[Backend] = ()) -> Backend | None:
-        """The healthy backend to use (any, when panicking), or None. Least load (ties rotate) or round-robin."""
-        skip = set(exclude)
-        n = len(self.backends)
-        start = self._next
-        if not skip:  # a retry does not move the rotation
-            self._next = (start + 1) % n
-        panic = self.panicking()
-        best: Backend | None = None
-        for i in range(n):
-            b = self.backends[(start + i) % n]
-            if not (b.healthy or panic) or b in skip:
-                continue
-            if self.policy == "round_robin":
-                return b
-            if best is None or b.load() < best.load():
-                best = b
-        return best
-
-    def route(self, exclude: Iterable[Backend], hashes: Sequence[int]) -> Route[Backend] | None:
-        """cache_aware: the healthy backends not yet tried, in the rotation's order, to the
-        prefix tables; a backend that is down loses its table (its engine's cache is gone)."""
-        assert self.affinity is not None
+    def candidates(self, exclude: Iterable[Backend] = ()) -> list[Backend]:
+        """The backends a request may go to now, in the rotation's order (a retry does not move it)."""
         skip = set(exclude)
         n = len(self.backends)
         start = self._next
         if not skip:
             self._next = (start + 1) % n
         panic = self.panicking()
-        candidates = []
+        found = []
         for i in range(n):
             b = self.backends[(start + i) % n]
             if not b.healthy:
-                self.affinity.forget(b.name)
+                self.policy.forget(b.name)
             if (b.healthy or panic) and b not in skip:
-                candidates.append(b)
-        return self.affinity.route(candidates, hashes)
+                found.append(b)
+        return found
+
+    def route(self, exclude: Iterable[Backend] = (), prompt: Prompt | None = None) -> Route[Backend] | None:
+        """The policy's choice among the candidates, or None when there is none."""
+        return self.policy.route(self.candidates(exclude), prompt)
+
+    def choose(self, exclude: Iterable[Backend] = ()) -> Backend | None:
+        """A backend for a request whose prompt does not matter (a prefix policy: the least load)."""
+        route = self.route(exclude)
+        return None if route is None else route.backend
 
     def any_healthy(self, besides: Backend | None = None) -> bool:
         """Whether a backend of this model other than `besides` is in the pool."""

@@ -27,7 +27,7 @@ from gateway.outlier import OutlierDetector, RequestFailures
 from gateway.pipe import Pipe
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
-from gateway.routing.prefix import prompt_blocks
+from gateway.routing.prefix import Prompt
 from gateway.sse import SHOW_ALL, SseFilter, shown_usage
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.usage import UsageRecorder
@@ -83,12 +83,12 @@ class Relay:
         tried: list[Backend] = []
         no_backend = f"No healthy backend serves model {exchange.call.model!r} right now."
         failure = AttemptFailed(503, "no_backend", no_backend)
-        hashes = self._prompt_blocks(exchange.call) if pool.affinity is not None else []
+        prompt = self._prompt(exchange.call) if pool.policy.reads_prompt else None
         panicked = False
         failures = self.outlier.for_request()
         try:
             while len(tried) <= self.settings.max_retries:
-                backend = self._choose(exchange.call, pool, tried, hashes)
+                backend = self._choose(exchange.call, pool, tried, prompt)
                 if backend is None:
                     break
                 if tried:
@@ -141,17 +141,16 @@ class Relay:
         finally:
             charging.settle(exchange, self.metrics, self.limiter, self.usage)
 
-    def _prompt_blocks(self, call: Call) -> list[int]:
+    def _prompt(self, call: Call) -> Prompt:
         s = self.settings.cache_aware
-        return prompt_blocks(call.body, call.path.endswith("/chat/completions"), s.block_chars, s.max_prompt_blocks)
+        return Prompt.of(call.body, call.path.endswith("/chat/completions"), s.block_chars, s.max_prompt_blocks)
 
-    def _choose(self, call: Call, pool: ModelPool, tried: list[Backend], hashes: list[int]) -> Backend | None:
-        if pool.affinity is None:
-            return pool.choose(tried)
-        route = pool.route(tried, hashes)
+    def _choose(self, call: Call, pool: ModelPool, tried: list[Backend], prompt: Prompt | None) -> Backend | None:
+        route = pool.route(tried, prompt)
         if route is None:
             return None
-        self.metrics.route.observe(call.model, route)
+        if pool.policy.by_prefix:
+            self.metrics.route.observe(call.model, route)
         return route.backend
 
     def _upstream_error(

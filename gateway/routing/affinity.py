@@ -1,4 +1,4 @@
-"""Cache-aware routing with a hard load bound: pure state and decisions, no I/O.
+"""routing = "cache_aware_local": per-process prefix tables with a hard load bound. Pure, no I/O.
 
 Per backend, a bounded LRU of the prompt-block hashes recently routed there (what its
 prefix cache probably holds). A request goes to the backend whose table matches the
@@ -8,6 +8,9 @@ and when nothing matches, it goes to the least-loaded candidate. The prefix is r
 wherever the request goes, so a hot prefix spreads to a second backend once the first is
 full. Candidates are the caller's choice: unhealthy or ejected backends are not passed,
 so they never match.
+
+Each process learns alone: with --workers N or several pods, each sees 1/N of the traffic
+and a prefix may settle on a different backend in each (cache_aware, rendezvous.py, does not).
 """
 
 from __future__ import annotations
@@ -15,32 +18,13 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
 
+from gateway.routing.policy import AFFINITY, BALANCE, NO_MATCH, REASONS, B, Candidate, Route, RoutingPolicy
+from gateway.routing.prefix import Prompt
 from zerogap.config.routing import CacheAwareSection
 
-AFFINITY, BALANCE, NO_MATCH = "affinity", "balance", "no_match"
-REASONS = (AFFINITY, BALANCE, NO_MATCH)
+__all__ = ["AFFINITY", "BALANCE", "NO_MATCH", "REASONS", "BlockLru", "PrefixAffinity", "Route"]
 HASH_BYTES = sys.getsizeof(2**62)  # a 64-bit hash as a Python int
-
-
-class Candidate(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def load(self) -> int: ...
-
-
-B = TypeVar("B", bound=Candidate)
-
-
-@dataclass(frozen=True, slots=True)
-class Route(Generic[B]):
-    backend: B
-    reason: str  # affinity | balance | no_match
-    num_matched: int  # leading blocks the chosen backend's table held
-    num_blocks: int  # blocks the request was hashed into
 
 
 class BlockLru:
@@ -84,8 +68,13 @@ class BlockLru:
         return sys.getsizeof(self._entries) + len(self._entries) * HASH_BYTES
 
 
-class PrefixAffinity:
+class PrefixAffinity(RoutingPolicy):
     """The block tables of one model pool's backends, and the routing decision."""
+
+    name = "cache_aware_local"
+    reads_prompt = True
+    by_prefix = True
+    keeps_tables = True
 
     def __init__(self, settings: CacheAwareSection) -> None:
         self.settings = settings
@@ -107,7 +96,10 @@ class PrefixAffinity:
         s = self.settings
         return load - least > s.balance_abs and load > least * s.balance_rel
 
-    def route(self, candidates: Sequence[B], hashes: Sequence[int]) -> Route[B] | None:
+    def route(self, candidates: Sequence[B], prompt: Prompt | None) -> Route[B] | None:
+        return self.decide(candidates, prompt.blocks() if prompt is not None else [])
+
+    def decide(self, candidates: Sequence[B], hashes: Sequence[int]) -> Route[B] | None:
         """Where this request goes; candidates in tie-break order (the first wins a tie)."""
         if not candidates:
             return None
@@ -128,11 +120,8 @@ class PrefixAffinity:
             self.table(chosen.name).record(hashes)
         return Route(chosen, reason, num_best, len(hashes))
 
-    def num_entries(self) -> dict[str, int]:
-        return {name: len(table) for name, table in self.tables.items()}
-
-    def memory_bytes(self) -> dict[str, int]:
-        return {name: table.memory_bytes() for name, table in self.tables.items()}
+    def table_sizes(self) -> dict[str, tuple[int, int]]:
+        return {name: (len(table), table.memory_bytes()) for name, table in self.tables.items()}
 
 
 def _load(c: Candidate) -> int:

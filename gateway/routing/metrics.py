@@ -1,5 +1,6 @@
-"""The cache-aware router's metrics: decisions by reason, the matched share of each
-prompt, and the size of the block tables (entries and bytes, per backend)."""
+"""The prefix policies' metrics: decisions by reason, the matched share of each prompt (for a
+policy that knows what a backend holds), and the size of its block tables (entries and bytes,
+per backend)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.routing.affinity import REASONS, Route
+from gateway.routing.policy import REASONS, Route
 
 if TYPE_CHECKING:
     from gateway.pool import Backend, Router
@@ -20,20 +21,21 @@ class RouteMetrics:
         r = registry
         self.decisions = Counter(
             "zerogap_route_decisions",
-            "cache_aware routing decisions: affinity (longest match), balance (match too loaded), no_match",
+            "Prefix routing decisions: affinity (the prompt's home or longest match), balance (that one too loaded), "
+            "no_match",
             ["model", "reason"],
             registry=r,
         )
         self.match_ratio = Histogram(
             "zerogap_route_prefix_match_ratio",
-            "Share of a request's hashed prompt blocks that the chosen backend's table held",
+            "Share of a request's hashed prompt blocks that the chosen backend's table held (cache_aware_local)",
             ["model"],
             buckets=MATCH_BUCKETS,
             registry=r,
         )
         self.table_blocks = Gauge(
             "zerogap_route_prefix_table_blocks",
-            "Block hashes the router remembers for the backend ([gateway.cache_aware].max_blocks_per_backend)",
+            "Block hashes the router remembers for the backend (cache_aware_local: max_blocks_per_backend)",
             ["backend", "model"],
             registry=r,
             multiprocess_mode="livesum",  # each worker process keeps its own tables
@@ -48,7 +50,7 @@ class RouteMetrics:
 
     def start_at_zero(self, router: Router) -> None:
         for model, pool in router.pools.items():
-            if pool.affinity is not None:
+            if pool.policy.by_prefix:
                 for reason in REASONS:
                     self.decisions.labels(model, reason)
 
@@ -59,9 +61,10 @@ class RouteMetrics:
 
     def render(self, router: Router) -> None:
         for model, pool in router.pools.items():
-            if pool.affinity is None:
+            if not pool.policy.keeps_tables:
                 continue
+            sizes = pool.policy.table_sizes()
             for b in pool.backends:
-                table = pool.affinity.table(b.name)
-                self.table_blocks.labels(b.name, model).set(len(table))
-                self.table_bytes.labels(b.name, model).set(table.memory_bytes())
+                num_blocks, num_bytes = sizes.get(b.name, (0, 0))
+                self.table_blocks.labels(b.name, model).set(num_blocks)
+                self.table_bytes.labels(b.name, model).set(num_bytes)

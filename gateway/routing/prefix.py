@@ -5,12 +5,16 @@ chat message's role and text; for /v1/completions the prompt string), cut into b
 of a fixed number of characters, and each block's hash covers its own characters and
 the hash of the block before it, so equal hashes at position k mean equal first k blocks
 (as vLLM's block hashes do for tokens). Only full blocks count; the partial last block,
-usually the part that differs, is left out. Hashes are Python's (seeded per process):
-each gateway process keeps its own tables.
+usually the part that differs, is left out. These hashes are Python's (seeded per process):
+each gateway process keeps its own tables (cache_aware_local).
+
+`Prompt.key(n)` is the other kind: one stable 64-bit hash (BLAKE2b) of the first n full
+blocks' text, the same in every process and pod (cache_aware's rendezvous hashing).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -60,3 +64,37 @@ def chain_hashes(text: str, block_chars: int, max_blocks: int) -> list[int]:
 
 def prompt_blocks(body: dict[str, Any], chat: bool, block_chars: int, max_blocks: int) -> list[int]:
     return chain_hashes(prompt_text(body, chat), block_chars, max_blocks)
+
+
+class Prompt:
+    """A request's prompt as the prefix policies read it; each view is computed once, on demand."""
+
+    __slots__ = ("_blocks", "block_chars", "max_blocks", "text")
+
+    def __init__(self, text: str, block_chars: int, max_blocks: int) -> None:
+        self.text = text
+        self.block_chars = block_chars
+        self.max_blocks = max_blocks
+        self._blocks: list[int] | None = None
+
+    @classmethod
+    def of(cls, body: dict[str, Any], chat: bool, block_chars: int, max_blocks: int) -> Prompt:
+        return cls(prompt_text(body, chat), block_chars, max_blocks)
+
+    @property
+    def num_blocks(self) -> int:
+        return min(len(self.text) // self.block_chars, self.max_blocks)
+
+    def blocks(self) -> list[int]:
+        """The chained per-process hashes of the full leading blocks."""
+        if self._blocks is None:
+            self._blocks = chain_hashes(self.text, self.block_chars, self.max_blocks)
+        return self._blocks
+
+    def key(self, key_blocks: int) -> int | None:
+        """A stable hash of the first min(key_blocks, num_blocks) blocks; None without a full block."""
+        n = min(key_blocks, self.num_blocks)
+        if n == 0:
+            return None
+        head = self.text[: n * self.block_chars].encode("utf-8", "surrogatepass")
+        return int.from_bytes(hashlib.blake2b(head, digest_size=8).digest(), "big")

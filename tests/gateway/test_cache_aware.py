@@ -1,5 +1,5 @@
-"""Cache-aware routing, the pure parts: chained prompt-block hashes, longest match, the
-load bound, LRU eviction, unhealthy backends, the metrics it feeds. No I/O."""
+"""cache_aware_local (per-process prefix tables), the pure parts: chained prompt-block hashes,
+longest match, the load bound, LRU eviction, unhealthy backends, the metrics it feeds. No I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gateway.outlier import OutlierDetector
 from gateway.pool import Backend, ModelPool, Router
 from gateway.routing.affinity import AFFINITY, BALANCE, NO_MATCH, BlockLru, PrefixAffinity
 from gateway.routing.metrics import RouteMetrics
-from gateway.routing.prefix import chain_hashes, prompt_blocks, prompt_text
+from gateway.routing.prefix import Prompt, chain_hashes, prompt_blocks, prompt_text
 from zerogap.config import parse_config
 from zerogap.config.gateway import BackendEntry
 from zerogap.config.loader import ConfigError
@@ -54,14 +54,14 @@ def test_longest_match_wins_and_no_match_goes_to_least_load() -> None:
     a, b, c = backends("a", "b", "c")
     short, long = chain_hashes("x" * 24, 8, 64), chain_hashes("x" * 48, 8, 64)
     c.num_inflight = 1
-    route = router.route([a, b, c], long)
+    route = router.decide([a, b, c], long)
     assert route is not None and (route.backend, route.reason, route.num_matched) == (a, NO_MATCH, 0)
     router.table("b").record(short)
     b.num_inflight = a.num_inflight = 1  # equal loads: the match decides
-    route = router.route([a, b, c], long)
+    route = router.decide([a, b, c], long)
     assert route is not None and (route.backend, route.reason, route.num_matched) == (a, AFFINITY, 6)
     assert route.num_blocks == 6
-    route = router.route([c, b, a], chain_hashes("x" * 32, 8, 64))
+    route = router.decide([c, b, a], chain_hashes("x" * 32, 8, 64))
     assert route is not None and route.backend is a and route.num_matched == 4
 
 
@@ -72,7 +72,7 @@ def test_an_equal_match_goes_to_the_less_loaded_backend() -> None:
     router.table("a").record(hashes)
     router.table("b").record(hashes)
     a.num_inflight = 2
-    route = router.route([a, b], hashes)
+    route = router.decide([a, b], hashes)
     assert route is not None and route.backend is b and route.reason == AFFINITY
 
 
@@ -93,7 +93,7 @@ def test_the_load_bound_needs_both_thresholds(match_load: int, least_load: int, 
     hashes = chain_hashes("z" * 64, 8, 64)
     router.table("hot").record(hashes)
     hot.num_reported, idle.num_reported = match_load, least_load
-    route = router.route([hot, idle], hashes)
+    route = router.decide([hot, idle], hashes)
     assert route is not None and route.reason == reason
     assert route.backend is (hot if reason == AFFINITY else idle)
     if reason == BALANCE:
@@ -106,7 +106,7 @@ def test_a_hot_prefix_spreads_and_no_backend_goes_past_the_bound() -> None:
     pool = backends("a", "b", "c")
     hashes = chain_hashes("h" * 80, 8, 64)
     for _ in range(60):  # every request has the same prefix and none finishes
-        route = router.route(pool, hashes)
+        route = router.decide(pool, hashes)
         assert route is not None
         route.backend.num_inflight += 1
         loads = sorted(b.load() for b in pool)
@@ -135,37 +135,39 @@ def test_lru_evicts_the_least_recent_prefix_tail_first() -> None:
 
 def test_unhealthy_backends_never_match_and_lose_their_table() -> None:
     a, b = backends("a", "b")
-    pool = ModelPool("m", [a, b], "cache_aware", SETTINGS)
-    assert pool.affinity is not None
-    hashes = chain_hashes("q" * 40, 8, 64)
-    first = pool.route([], hashes)
+    pool = ModelPool("m", [a, b], "cache_aware_local", SETTINGS)
+    assert isinstance(pool.policy, PrefixAffinity)
+    text = "q" * 40
+    hashes = chain_hashes(text, 8, 64)
+    first = pool.route([], Prompt(text, 8, 64))
     assert first is not None and first.reason == NO_MATCH
     home = first.backend
-    again = pool.route([], hashes)
+    again = pool.route([], Prompt(text, 8, 64))
     assert again is not None and again.backend is home and again.reason == AFFINITY
-    retry = pool.route([home], hashes)  # a retry never goes back to a backend it tried
+    retry = pool.route([home], Prompt(text, 8, 64))  # a retry never goes back to a backend it tried
     assert retry is not None and retry.backend is not home
     home.healthy = False
-    down = pool.route([], hashes)
+    down = pool.route([], Prompt(text, 8, 64))
     assert down is not None and down.backend is not home
-    assert pool.affinity.table(home.name).match(hashes) == 0  # its engine's cache is gone
-    assert pool.route([a, b], hashes) is None
+    assert pool.policy.table(home.name).match(hashes) == 0  # its engine's cache is gone
+    assert pool.route([a, b], Prompt(text, 8, 64)) is None
     a.healthy = b.healthy = False  # panic routing: every backend is a candidate, none keeps a table
     for _ in range(2):  # a down backend's cache is unknown: no affinity to it
-        panic = pool.route([], hashes)
+        panic = pool.route([], Prompt(text, 8, 64))
         assert panic is not None and panic.reason == NO_MATCH
 
 
 def test_the_metrics_count_decisions_and_report_table_memory() -> None:
-    config = parse_config('[gateway]\nrouting = "cache_aware"\n[gateway.cache_aware]\nblock_chars = 8\n', "c.toml", {})
-    router = Router([BackendEntry(name="a", url="http://a", model="m")], "cache_aware", config.gateway.cache_aware)
+    text = '[gateway]\nrouting = "cache_aware_local"\n[gateway.cache_aware]\nblock_chars = 8\n'
+    settings = parse_config(text, "c.toml", {}).gateway
+    router = Router([BackendEntry(name="a", url="http://a", model="m")], settings.routing, settings.cache_aware)
     registry = CollectorRegistry()
     metrics = RouteMetrics(registry)
     metrics.start_at_zero(router)
     pool = router.pools["m"]
-    hashes = chain_hashes("w" * 40, 8, 64)
+    text = "w" * 40
     for _ in range(3):
-        route = pool.route([], hashes)
+        route = pool.route([], Prompt(text, 8, 64))
         assert route is not None
         metrics.observe("m", route)
     metrics.render(router)
@@ -185,16 +187,16 @@ def test_bad_settings_name_the_field() -> None:
 
 
 def test_an_ejected_backend_never_matches() -> None:
-    config = parse_config('[gateway]\nrouting = "cache_aware"\noutlier_consecutive_errors = 2\n', "c.toml", {})
+    config = parse_config('[gateway]\nrouting = "cache_aware_local"\noutlier_consecutive_errors = 2\n', "c.toml", {})
     entries = [BackendEntry(name=n, url=f"http://{n}", model="m") for n in ("a", "b")]
-    router = Router(entries, "cache_aware", config.gateway.cache_aware)
+    router = Router(entries, "cache_aware_local", config.gateway.cache_aware)
     pool = router.pools["m"]
-    hashes = chain_hashes("e" * 40, 8, 64)
-    home = pool.route([], hashes)
+    text = "e" * 40
+    home = pool.route([], Prompt(text, 8, 64))
     assert home is not None
     ejector = OutlierDetector(router, config.gateway, lambda b, why: setattr(b, "healthy", False))
     ejector.failure(home.backend, "503")
     ejector.failure(home.backend, "503")
     assert not home.backend.healthy  # ejected by the outlier rule
-    route = pool.route([], hashes)
+    route = pool.route([], Prompt(text, 8, 64))
     assert route is not None and route.backend is not home.backend and route.reason == NO_MATCH

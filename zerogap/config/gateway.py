@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, HttpUrl, field_validator, model_validator
 
 from zerogap.config.base import Section
-from zerogap.config.routing import CacheAwareSection
+from zerogap.config.routing import CacheAwareSection, RoutingName
 
 MIN_SECRET_CHARS = 16
 # body fields the gateway reads itself (gateway/request.py): drop_body_fields may not name them
@@ -59,7 +59,7 @@ class ServerSection(Section):
 
 
 class GatewaySection(Section):
-    routing: Literal["least_load", "round_robin", "cache_aware"] = "least_load"
+    routing: RoutingName = "least_load"
     cache_aware: CacheAwareSection = Field(default_factory=CacheAwareSection)
     key_store: str = Field(
         "zerogap-keys.db", description="SQLite file of virtual keys and usage; relative to config.toml"

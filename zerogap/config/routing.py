@@ -1,10 +1,15 @@
-"""[gateway.cache_aware]: the settings of routing = "cache_aware" (gateway/routing/)."""
+"""[gateway].routing's names and [gateway.cache_aware]: the settings of the prefix policies
+(gateway/routing/). A new policy adds its name to RoutingName (and its settings here, if any)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
 from zerogap.config.base import Section
+
+RoutingName = Literal["least_load", "round_robin", "cache_aware", "cache_aware_local"]
 
 
 class CacheAwareSection(Section):
@@ -14,10 +19,26 @@ class CacheAwareSection(Section):
     max_prompt_blocks: int = Field(
         512, ge=1, le=1_000_000, description="leading blocks hashed per request; the rest of the prompt is ignored"
     )
+    key_blocks: int = Field(
+        16,
+        ge=1,
+        le=1_000_000,
+        description="cache_aware: the leading blocks that name a prompt's home engine (a shorter prompt: all its "
+        "full blocks); prompts alike in these go to the same engine",
+    )
+    load_factor: float = Field(
+        1.15,
+        ge=1,
+        description="cache_aware: an engine takes a request while its load + 1 is at most this times the mean "
+        "load (+1, rounded up); past it the prompt goes to its next engine",
+    )
     max_blocks_per_backend: int = Field(
-        65536, ge=1, le=10_000_000, description="block hashes remembered per backend (LRU); bounds the memory"
+        65536, ge=1, le=10_000_000, description="cache_aware_local: block hashes remembered per backend (LRU)"
     )
     balance_abs: float = Field(
-        32, ge=0, description="affinity is dropped when the match's load exceeds the least load by more than this"
+        32,
+        ge=0,
+        description="cache_aware_local: affinity is dropped when the match's load exceeds the least load by more "
+        "than this",
     )
     balance_rel: float = Field(1.3, ge=1, description="... and is more than this many times the least load")

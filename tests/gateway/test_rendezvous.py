@@ -1,0 +1,170 @@
+"""routing = "cache_aware" (gateway/routing/rendezvous.py), the pure parts: the same decision in
+every process, engines that leave or join move only their share, the load bound spreads a hot
+prefix, and the policies behind one interface. No I/O but a few `python -c` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from gateway.pool import Backend, ModelPool
+from gateway.routing.policy import AFFINITY, BALANCE, NO_MATCH, LeastLoad, RoundRobin
+from gateway.routing.prefix import Prompt
+from gateway.routing.registry import POLICIES, make_policy
+from gateway.routing.rendezvous import Rendezvous
+from zerogap.config.routing import CacheAwareSection
+
+SETTINGS = CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25)
+NUM_PROMPTS = 2000
+
+
+def engines(*names: str) -> list[Backend]:
+    return [Backend(name, f"http://{name}:8000", "m") for name in names]
+
+
+def prompt(i: int, tail: str = "") -> Prompt:
+    return Prompt(f"prefix-{i:06d}-" * 3 + tail, SETTINGS.block_chars, SETTINGS.max_prompt_blocks)
+
+
+def homes(policy: Rendezvous, pool: list[Backend]) -> list[str]:
+    """Each prompt's engine at equal loads (no bound in the way)."""
+    found = []
+    for i in range(NUM_PROMPTS):
+        route = policy.route(pool, prompt(i))
+        assert route is not None and route.reason == AFFINITY
+        found.append(route.backend.name)
+    return found
+
+
+DECIDE = """
+import json, sys
+from gateway.pool import Backend
+from gateway.routing.prefix import Prompt
+from gateway.routing.rendezvous import Rendezvous
+from zerogap.config.routing import CacheAwareSection
+loads, texts = json.loads(sys.stdin.read())
+policy = Rendezvous(CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25))
+pool = [Backend(name, f"http://{name}:8000", "m", num_reported=load) for name, load in loads]
+print(json.dumps([policy.route(pool, Prompt(t, 8, 512)).backend.name for t in texts]))
+"""
+
+
+def decide_elsewhere(loads: list[tuple[str, int]], texts: list[str], hash_seed: str) -> list[str]:
+    """The decisions of a fresh interpreter (its own string-hash seed), given the same loads."""
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    out = subprocess.run([sys.executable, "-c", DECIDE], input=json.dumps([loads, texts]), env=env,
+                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    return list(json.loads(out.stdout))
+
+
+def test_every_process_decides_alike_given_the_same_loads() -> None:
+    loads = [("e0", 7), ("e1", 3), ("e2", 5), ("e3", 4)]  # uneven: the bound sends some prompts past their home
+    texts = [f"shared system prompt number {i % 40} " * 3 + f"question {i}" for i in range(400)]
+    pool = [Backend(name, f"http://{name}:8000", "m", num_reported=load) for name, load in loads]
+    policy = Rendezvous(SETTINGS)
+    here, reasons = [], set()
+    for t in texts:
+        route = policy.route(pool, Prompt(t, 8, 512))
+        assert route is not None
+        here.append(route.backend.name)
+        reasons.add(route.reason)
+    assert reasons == {AFFINITY, BALANCE} and len(set(here)) == 3  # e0 is past the bound: its prompts go on
+    assert decide_elsewhere(loads, texts, "1") == here
+    assert decide_elsewhere(loads, texts, "2") == here
+
+
+def test_an_engine_that_leaves_moves_only_its_own_prompts() -> None:
+    policy = Rendezvous(SETTINGS)
+    four = engines("a", "b", "c", "d")
+    before = homes(policy, four)
+    after = homes(policy, four[:3])  # d is gone
+    moved = [i for i in range(NUM_PROMPTS) if before[i] != after[i]]
+    assert all(before[i] == "d" for i in moved)  # nothing else moved...
+    assert len(moved) == before.count("d")  # ...and every prompt of d did
+    assert 0.2 < len(moved) / NUM_PROMPTS < 0.3, len(moved)  # about 1/4
+    assert 0.2 < min(Counter(after[i] for i in moved).values()) / len(moved)  # d's prompts spread over a, b, c
+
+
+def test_an_engine_that_joins_takes_only_its_share() -> None:
+    policy = Rendezvous(SETTINGS)
+    three = engines("a", "b", "c")
+    before = homes(policy, three)
+    after = homes(policy, [*three, *engines("new")])
+    moved = [i for i in range(NUM_PROMPTS) if before[i] != after[i]]
+    assert all(after[i] == "new" for i in moved)  # prompts move only to the engine that joined
+    assert 0.2 < len(moved) / NUM_PROMPTS < 0.3, len(moved)  # about 1/4 of them
+    assert homes(policy, three) == before  # and back where they were once it leaves
+
+
+def test_prompts_alike_in_their_key_blocks_share_a_home() -> None:
+    policy = Rendezvous(SETTINGS)
+    pool = engines("a", "b", "c")
+    for i in range(50):
+        first = policy.route(pool, prompt(i, "one question"))
+        second = policy.route(pool, prompt(i, "a different and much longer question"))
+        assert first is not None and second is not None and first.backend is second.backend
+    short = Prompt("abc", 8, 512)  # not one full block: least load
+    pool[0].num_inflight, pool[2].num_inflight = 2, 1
+    route = policy.route(pool, short)
+    assert route is not None and route.backend is pool[1] and route.reason == NO_MATCH
+    route = policy.route(pool, None)
+    assert route is not None and route.backend is pool[1] and route.reason == NO_MATCH
+
+
+def test_a_hot_prefix_spreads_along_its_ranking_within_the_bound() -> None:
+    policy = Rendezvous(SETTINGS)
+    pool = engines("a", "b", "c")
+    hot = prompt(7)
+    key = hot.key(SETTINGS.key_blocks)
+    assert key is not None
+    ranking = policy.ranking(pool, key)
+    reasons = []
+    for _ in range(120):  # every request has the same prefix and none finishes
+        cap = policy.capacity(pool)
+        route = policy.route(pool, hot)
+        assert route is not None
+        assert route.backend.load() + 1 <= cap  # never past the bound
+        reasons.append(route.reason)
+        route.backend.num_inflight += 1
+    assert reasons[0] == AFFINITY and reasons.count(BALANCE) > 60
+    loads = [b.load() for b in ranking]
+    assert loads[0] >= loads[1] >= loads[2] > 0  # its home first, then its second engine, then the third
+    assert max(loads) <= 1.25 * sum(loads) / 3 + 1
+
+
+def test_a_retry_never_returns_to_a_backend_it_tried() -> None:
+    a, b, c = engines("a", "b", "c")
+    pool = ModelPool("m", [a, b, c], "cache_aware", SETTINGS)
+    first = pool.route([], prompt(3))
+    assert first is not None
+    retry = pool.route([first.backend], prompt(3))
+    assert retry is not None and retry.backend is not first.backend
+    first.backend.healthy = False
+    assert (down := pool.route([], prompt(3))) is not None and down.backend is retry.backend
+    assert pool.route([a, b, c], prompt(3)) is None
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_name_builds_its_policy(name: str) -> None:
+    policy = make_policy(name)
+    assert policy.name == name
+    pool = engines("a", "b")
+    pool[0].num_inflight = 1
+    route = policy.route(pool, prompt(1))
+    assert route is not None and route.backend in pool
+    assert policy.reads_prompt == policy.by_prefix == name.startswith("cache_aware")
+    with pytest.raises(ValueError, match="unknown routing policy 'nope'"):
+        make_policy("nope")
+
+
+def test_least_load_and_round_robin_as_objects() -> None:
+    a, b = engines("a", "b")
+    a.num_reported = 3
+    assert (route := LeastLoad().route([a, b], None)) is not None and route.backend is b
+    assert (route := RoundRobin().route([a, b], None)) is not None and route.backend is a
+    assert LeastLoad().route([], None) is None and RoundRobin().route([], None) is None
