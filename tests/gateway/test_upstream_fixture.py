@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -144,3 +145,167 @@ def test_runs_as_its_own_process() -> None:
             assert json.loads(resp.read())["data"][0]["id"] == "sub"
     finally:
         stop_process(proc)
+
+
+# n > 1 and prompt lists, in vLLM 0.32's shapes (serving_chat.py / serving_completion.py)
+
+CONTINUOUS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+def by_choice(chunks: list[dict]) -> dict[int, list[dict]]:
+    """The chunks that carry a choice, by index; each carries exactly one."""
+    out: dict[int, list[dict]] = {}
+    for chunk in chunks:
+        if chunk["choices"]:
+            [choice] = chunk["choices"]
+            out.setdefault(choice["index"], []).append(chunk)
+    return out
+
+
+def check_choice(chunks: list[dict], prompt_tokens: int, num_tokens: int, chat: bool) -> None:
+    """(chat: its role chunk, then) a chunk per token counting this choice's tokens so far, the last
+    one carrying the finish_reason."""
+    if chat:
+        role, chunks = chunks[0], chunks[1:]
+        assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        assert role["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
+    usages = [c["usage"] for c in chunks]
+    assert [u["completion_tokens"] for u in usages] == list(range(1, num_tokens + 1))
+    assert all(u["prompt_tokens"] == prompt_tokens for u in usages)
+    assert all(u["total_tokens"] == prompt_tokens + u["completion_tokens"] for u in usages)
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks]
+    assert reasons == [None] * (num_tokens - 1) + ["length"]
+
+
+async def test_chat_n3_streams_one_choice_per_chunk_with_its_own_usage_and_the_sums_last() -> None:
+    with UpstreamServer(Behavior(num_output_tokens=10), model="m") as up:
+        body = {
+            "messages": [{"role": "user", "content": "a b c d"}],
+            "n": 3,
+            "max_tokens": 4,
+            "stream": True,
+            "stream_options": CONTINUOUS,
+        }
+        status, raw = await post(up.url + "/v1/chat/completions", body)
+    assert status == 200
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert [c["choices"][0]["index"] for c in chunks[:3]] == [0, 1, 2]  # the role chunks, together, first
+    choices = by_choice(chunks)
+    assert sorted(choices) == [0, 1, 2]
+    for chunk_list in choices.values():
+        check_choice(chunk_list, 4, 4, chat=True)
+    # interleaved: a step's chunk for each choice, in index order
+    assert [c["choices"][0]["index"] for c in chunks[3:-1]] == [0, 1, 2] * 4
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 12, "total_tokens": 16}
+    assert up.requests[0].num_tokens_sent == 12 and up.requests[0].tokens_by_choice == [4, 4, 4]
+
+
+async def test_completions_prompt_list_n2_index_per_prompt_usage_and_sums() -> None:
+    prompts = ["a b", "c d e f g", "h"]
+    with UpstreamServer(Behavior(num_output_tokens=3, tokens_per_chunk=2)) as up:
+        body = {"prompt": prompts, "n": 2, "stream": True, "stream_options": CONTINUOUS}
+        _, raw = await post(up.url + "/v1/completions", body)
+        up.behavior.tokens_per_chunk = 1
+        ids_body = {"prompt": [[1, 2, 3], [4]], "max_tokens": 2, "stream": True, "stream_options": CONTINUOUS}
+        _, ids_raw = await post(up.url + "/v1/completions", ids_body)
+    chunks = [json.loads(e) for e in sse_events(raw)[:-1]]
+    choices = by_choice(chunks)
+    assert sorted(choices) == [0, 1, 2, 3, 4, 5]
+    for index, chunk_list in choices.items():
+        lengths = [len(p.split()) for p in prompts]
+        usages = [c["usage"] for c in chunk_list]
+        assert [u["completion_tokens"] for u in usages] == [2, 3]  # two tokens, then the last one
+        assert {u["prompt_tokens"] for u in usages} == {lengths[index // 2]}  # index = prompt_index * n + i
+        assert [c["choices"][0]["finish_reason"] for c in chunk_list] == [None, "stop"]
+        assert "".join(c["choices"][0]["text"] for c in chunk_list) == " t0 t1 t2"
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {"prompt_tokens": 8, "completion_tokens": 18, "total_tokens": 26}
+    chunks = [json.loads(e) for e in sse_events(ids_raw)[:-1]]
+    choices = by_choice(chunks)
+    check_choice(choices[0], 3, 2, chat=False)
+    check_choice(choices[1], 1, 2, chat=False)
+    assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}
+
+
+async def test_not_streamed_bodies_hold_every_choice_and_report_usage_false_has_none() -> None:
+    with UpstreamServer(Behavior(num_output_tokens=3)) as up:
+        chat_body = {"messages": [{"role": "user", "content": "a b"}], "n": 3}
+        _, raw = await post(up.url + "/v1/chat/completions", chat_body)
+        chat = json.loads(raw)
+        _, raw = await post(up.url + "/v1/completions", {"prompt": ["a", "b c", "d e f"], "n": 2, "max_tokens": 2})
+        completion = json.loads(raw)
+        up.behavior.report_usage = False
+        _, raw = await post(up.url + "/v1/completions", {"prompt": ["a", "b c"], "n": 2})
+        bare = json.loads(raw)
+        stream_body = {**chat_body, "stream": True, "stream_options": CONTINUOUS}
+        _, raw = await post(up.url + "/v1/chat/completions", stream_body)
+        bare_events = sse_events(raw)
+    assert [c["index"] for c in chat["choices"]] == [0, 1, 2]
+    for choice in chat["choices"]:
+        assert choice["message"] == {"role": "assistant", "content": " t0 t1 t2"}
+        assert choice["finish_reason"] == "stop"
+    assert chat["usage"] == {"prompt_tokens": 2, "completion_tokens": 9, "total_tokens": 11}
+    assert [c["index"] for c in completion["choices"]] == [0, 1, 2, 3, 4, 5]
+    assert all(c["text"] == " t0 t1" and c["finish_reason"] == "length" for c in completion["choices"])
+    assert completion["usage"] == {"prompt_tokens": 6, "completion_tokens": 12, "total_tokens": 18}
+    assert len(bare["choices"]) == 4 and "usage" not in bare
+    assert bare_events[-1] == "[DONE]"
+    assert [json.loads(e) for e in bare_events[:-1] if "usage" in json.loads(e)] == []
+    assert len(by_choice([json.loads(e) for e in bare_events[:-1]])) == 3
+
+
+async def raw_stream(port: int, path: str, body: dict) -> tuple[list[str], bool]:
+    """POST over a bare socket and read to the end, however it ends: the SSE data events that came
+    and whether the chunked body was ended properly (aiohttp may drop what it buffered when the
+    connection breaks)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    data = json.dumps(body).encode()
+    head = f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    writer.write(head.encode() + b"Connection: close\r\n\r\n" + data)
+    raw = b""
+    try:
+        while chunk := await reader.read(65536):
+            raw += chunk
+    except ConnectionResetError:
+        pass
+    writer.close()
+    _, body_bytes = raw.split(b"\r\n\r\n", 1)
+    payload, ended = b"", False
+    while body_bytes:
+        size_line, _, rest = body_bytes.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            ended = True
+            break
+        if len(rest) < size + 2:
+            break  # cut inside a chunk
+        payload, body_bytes = payload + rest[:size], rest[size + 2 :]
+    return sse_events(payload), ended
+
+
+@pytest.mark.parametrize(("cut", "num_finished"), [(30, 6), (32, 8)])
+async def test_cut_after_chunks_drops_the_connection_without_done_or_usage(cut: int, num_finished: int) -> None:
+    """n = 8, 4 tokens each: 32 content chunks. Cut after 30: choices 0-5 ended, 6 and 7 did not; cut
+    after 32: every token went out, but still no final usage and no [DONE]."""
+    with UpstreamServer(Behavior(num_output_tokens=4, cut_after_chunks=cut)) as up:
+        body = {
+            "messages": [{"role": "user", "content": "a b"}],
+            "n": 8,
+            "stream": True,
+            "stream_options": CONTINUOUS,
+        }
+        events, ended = await raw_stream(up.port, "/v1/chat/completions", body)
+        assert up.wait_for(lambda u: u.requests[0].disconnected, 5)
+    assert not ended and "[DONE]" not in events
+    chunks = [json.loads(e) for e in events]
+    assert all(c["choices"] for c in chunks)  # no usage-only chunk
+    content = [c for c in chunks if "role" not in c["choices"][0]["delta"]]
+    assert len(content) == cut and len(chunks) == cut + 8
+    finishes = [c["choices"][0]["index"] for c in content if c["choices"][0]["finish_reason"]]
+    assert finishes == list(range(num_finished))
+    seen = up.requests[0]
+    assert not seen.finished and seen.num_tokens_sent == cut
+    assert seen.tokens_by_choice == [4] * num_finished + [3] * (8 - num_finished)
