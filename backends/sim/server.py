@@ -20,6 +20,7 @@ from backends.sim import words
 from backends.sim.choices import Choices
 from backends.sim.engine import RealtimeEngine
 from backends.sim.protocol import GenerationRequest, RequestError, parse_generation
+from backends.sim.reasoning import response_builder
 from backends.sim.settings import SimSettings
 from backends.sim.sse import ResponseBuilder
 from backends.sim.stream import SseWriter, TokenSink, Transport
@@ -110,7 +111,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         return await _generate_choices(request, gen, engine, settings.model)
     seq = engine.core.new_sequence(gen.prompt_token_ids, gen.max_tokens, time.monotonic(), gen.ignore_eos, gen.stop_ids)
     sink = engine.submit(seq)
-    builder = ResponseBuilder(gen, settings.model)
+    builder = response_builder(gen, settings)
     try:
         if gen.stream:
             return await _stream(request, builder, sink)

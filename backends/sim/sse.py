@@ -37,6 +37,8 @@ class ResponseBuilder:
     """The chunks of one choice (`index`). A request with several choices has one builder per
     choice, made `like` the first one: the same id and created time, each its prompt's length."""
 
+    num_reasoning = 0  # the answer's first tokens that are reasoning (backends/sim/reasoning.py)
+
     def __init__(
         self,
         request: GenerationRequest,

@@ -35,7 +35,9 @@ class SseWriter:
         # event may leave before the first token exists (clients time TTFT by the first)
         self.opener = builder.first_chunk()
         # a plain mid-stream token's framed event depends only on the token: build each once
-        self.frames: dict[int, bytes] | None = None if builder.request.continuous_usage else {}
+        # (not with reasoning: a token's event then depends on its place, reasoning or answer)
+        plain = not builder.request.continuous_usage and not builder.num_reasoning
+        self.frames: dict[int, bytes] | None = {} if plain else None
 
     def send_one(self, token: int, num_before: int, finish_reason: str | None, num_cached: int) -> bool:
         """The step loop's hot path: one token, usually mid-stream."""

@@ -52,4 +52,10 @@ class SimSection(Section):
         0.0, ge=0, lt=1, description="chance per token of an early EOS (requests without ignore_eos)"
     )
     metrics_window_s: float = Field(5.0, gt=0, description="window of zerogap_sim_gpu_busy_ratio (wall time)")
+    reasoning_tokens: float = Field(
+        0.0,
+        ge=0,
+        description="a reasoning model: each chat answer starts with this many reasoning tokens (>= 1), or this "
+        "share of max_tokens (< 1), streamed as `reasoning` deltas before the answer's `content` (vLLM 0.32's shape)",
+    )
     seed: int = 0
