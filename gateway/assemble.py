@@ -23,8 +23,10 @@ _COMMON_TOP = {"id": None, "object": None, "created": None, "model": None, "choi
 _CHAT_TOP = {**_COMMON_TOP, "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None,
              "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}  # fmt: skip
 _TEXT_TOP = {**_COMMON_TOP, "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+_USAGE = {"prompt_tokens": 0, "total_tokens": 0, "completion_tokens": 0, "prompt_tokens_details": None,
+          "completion_tokens_details": None}  # fmt: skip  # vLLM's UsageInfo, every field
 _CHAT_CHOICE = {"token_ids": None, "routed_experts": None}
-_TEXT_CHOICE = {"token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None}
+_TEXT_CHOICE = {"token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None}
 _CHOICE_LISTS = ("token_ids",)  # joined across chunks
 _COMPLETION_TEXT = (*_TEXT_FIELDS, "text")
 _CHOICE_OWN = ("index", "logprobs", "finish_reason", "stop_reason", "tool_calls")  # read by _add itself
@@ -73,10 +75,11 @@ class Assembler:
 
     def _event(self, event: dict[str, Any]) -> None:
         self.num_events += 1
-        if not self._head:
-            self._head = {k: v for k, v in event.items() if k not in ("choices", "usage", "object")}
+        for key, value in event.items():  # id, created, model; system_fingerprint on the last chunk
+            if key not in ("choices", "usage", "object") and (value is not None or key not in self._head):
+                self._head[key] = value
         if isinstance(event.get("usage"), dict):
-            self._usage = event["usage"]
+            self._usage = {**_USAGE, **event["usage"]}
         choices = event.get("choices")
         for choice in choices if isinstance(choices, list) else []:
             index = choice.get("index") if isinstance(choice, dict) else None
@@ -97,11 +100,7 @@ class Assembler:
                 elif self._chat:
                     into.fields[key] = value
         for key, value in choice.items():
-            if (
-                key in _CHOICE_OWN
-                or (key == "delta" and self._chat)
-                or (key in _COMPLETION_TEXT and not self._chat)
-            ):
+            if key in _CHOICE_OWN or (key == "delta" and self._chat) or (key in _COMPLETION_TEXT and not self._chat):
                 continue
             if key in _CHOICE_LISTS and isinstance(value, list):
                 into.extra.setdefault(key, []).extend(value)

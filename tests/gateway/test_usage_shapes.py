@@ -9,10 +9,11 @@ import asyncio
 import json
 import socket
 
+import pytest
+
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, make_config, post, wait_until
 from tests.gateway.test_usage_charged import ADMIN, charged, new_key
-
 
 VLLM_TOP = {  # vLLM 0.32's non-streamed answers (ChatCompletionResponse, CompletionResponse), id and created aside
     "/v1/chat/completions": ["object", "model", "choices", "service_tier", "system_fingerprint", "usage",
@@ -101,3 +102,43 @@ async def test_tpm_counts_every_prompt_of_a_list(tmp_path) -> None:
             assert status == 200, raw
     assert len(up.requests) == 1
     await asyncio.sleep(0)
+
+
+def content_chunks(raw: bytes) -> int:
+    """Content chunks the client got, over every choice (chat deltas or completion texts)."""
+    num = 0
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data: {"):
+            for choice in json.loads(line[6:]).get("choices") or []:
+                num += bool((choice.get("delta") or {}).get("content") or choice.get("text"))
+    return num
+
+
+async def cut_stream_charge(tmp_path, path: str, body: dict, cut: int, shown: dict | None) -> tuple[int, int, int]:
+    """(chunks the client got, completion tokens charged, tokens the upstream sent) for a stream
+    the upstream cuts after `cut` content chunks (no [DONE], no final usage)."""
+    with UpstreamServer(Behavior(num_output_tokens=90, cut_after_chunks=cut), model="m") as up:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], admin_key=ADMIN)) as gs:
+            key = new_key(gs, "multi")
+            stream_body = {**body, "stream": True, **({"stream_options": shown} if shown else {})}
+            status, _, raw = await post(gs.url + path, stream_body, auth(key))
+            assert status == 200
+            row = await charged(gs, "multi")
+    return content_chunks(raw), row["completion_tokens"], up.requests[0].num_tokens_sent
+
+
+@pytest.mark.parametrize("shown", [None, {"include_usage": True, "continuous_usage_stats": True}])
+async def test_a_cut_n8_chat_stream_is_charged_every_choice(tmp_path, shown) -> None:
+    """Before: 720 chunks relayed, 90 charged (the last chunk's usage is its own choice's)."""
+    body = chat_body(n=8, max_tokens=90)
+    got, completion, sent = await cut_stream_charge(tmp_path, "/v1/chat/completions", body, 700, shown)
+    assert got == 700 and sent == 700
+    assert 0.95 * got <= completion <= sent
+
+
+async def test_a_cut_stream_of_10_prompts_is_charged_every_prompt(tmp_path) -> None:
+    """Before: 900 relayed, 90 charged; now each choice's last usage, summed, each prompt once."""
+    body = {"model": "m", "prompt": [f"prompt number {i}" for i in range(10)], "max_tokens": 90}
+    got, completion, sent = await cut_stream_charge(tmp_path, "/v1/completions", body, 880, None)
+    assert got == 880 == sent
+    assert 0.95 * got <= completion <= sent
