@@ -11,6 +11,7 @@ from loadreport.diagnosis_reading import p50
 from loadreport.schedule import LoadSchedule, Phase
 from loadreport.schema import Step
 from loadreport.settings import Settings
+from loadreport.verdict import knee_sentence, run_verdict, stop_reason
 
 
 def _number_ms(value: float | None) -> str:
@@ -114,6 +115,12 @@ def _interval(step: dict[str, Any], key: str) -> str:
 
 
 def table(report: dict[str, Any]) -> str:
+    """The steps' table, their diagnosis and the notes; a run with no step measured says what stopped it
+    and what it cannot tell, with no empty table."""
+    reason = stop_reason(report)
+    if not report["steps"]:
+        errors = ", ".join(f"{kind} {count}" for kind, count in (report.get("errors") or {}).items())
+        return "\n".join([*run_verdict(report), *([f"failed requests by kind: {errors}"] if errors else [])])
     lines = [HEADER]
     for step in report["steps"]:
         lines.append(
@@ -128,8 +135,11 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"{load:>14g} limit {entry['limit']}: {entry['evidence']}")
         if entry["limit"] != "none":
             lines.append(f"{'':>14} try: {entry['advice']}")
-    knee = report.get("knee")
-    lines.append(f"knee: {knee['text']}" if knee else "knee: none (TPS still grows by 10% or more per step)")
+    knee = knee_sentence(report)
+    lines.append(knee[0].lower() + knee[1:])
+    lines += run_verdict(report)
+    if reason is not None:
+        lines.append(f"Stopped early: {reason}. The steps after that point were not run.")
     sources = {step["token_count_source"] for step in report["steps"]}
     if "chunks" in sources:
         lines.append("note: the server sent no usage for some requests; their tokens are counted chunks")

@@ -21,6 +21,7 @@ from loadreport.schedule import LoadSchedule
 from loadreport.schema import RunReport
 from loadreport.settings import OutputSection, Settings
 from loadreport.timeline import Sample, build_rows, read_csv, write_csv
+from loadreport.verdict import knee_sentence, run_verdict
 from zerogap.html_page import html_page, image_html
 
 REPORT_VERSION = 1
@@ -120,7 +121,7 @@ def read_report(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def render_run(run_dir: Path) -> Path:
     report, rows = read_report(run_dir)
-    images = [plot_vs_load(report, run_dir / "vs_load.png").name]
+    images = [plot_vs_load(report, run_dir / "vs_load.png").name] if report["steps"] else []  # no empty plots
     if rows:
         images.append(plot_timeline(report, rows, run_dir / "timeline.png").name)
     out = run_dir / "report.html"
@@ -201,7 +202,7 @@ STYLE = (  # on top of the page's base style: a wide steps table wraps its headi
 def diagnosis_of(report: dict[str, Any]) -> list[dict[str, Any]]:
     """report.json's diagnosis; for a report written before there was one, worked out from its steps."""
     found = report.get("diagnosis")
-    return found if isinstance(found, list) else diagnose(report["steps"])
+    return found if isinstance(found, list) and (found or not report["steps"]) else diagnose(report["steps"])
 
 
 def diagnosis_table(report: dict[str, Any]) -> str:
@@ -214,9 +215,9 @@ def diagnosis_table(report: dict[str, Any]) -> str:
 
 
 def notes(report: dict[str, Any]) -> list[str]:
-    out = [headline(diagnosis_of(report))]
-    knee = report.get("knee")
-    out.append(f"Knee: {knee['text']}." if knee else "Knee: none found; TPS still grows 10% or more per step.")
+    steps = report["steps"]
+    out = [headline(diagnosis_of(report)), knee_sentence(report)] if steps else []
+    out += run_verdict(report)
     skipped = report["steps"][0].get("not_collected") if report["steps"] else None
     if skipped:
         out.append("Not collected: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()) + ".")
@@ -233,9 +234,10 @@ def notes(report: dict[str, Any]) -> list[str]:
 def page(title: str, report: dict[str, Any], images: list[str]) -> str:
     body = [f"<h1>{html.escape(title)}</h1>", run_header(report)]
     body += [f"<p>{html.escape(text)}</p>" for text in notes(report)]
-    body.append(steps_table(report["steps"]))
-    body.append("<h2>Why TPS stops growing</h2>")
-    body.append(diagnosis_table(report))
+    if report["steps"]:
+        body.append(steps_table(report["steps"]))
+        body.append("<h2>Why TPS stops growing</h2>")
+        body.append(diagnosis_table(report))
     body += [image_html(name, name) for name in images]
     body.append("<p class=note>Latencies in ms at 0.1 ms resolution, over each step's measured window.</p>")
     return html_page(title, body, STYLE)
