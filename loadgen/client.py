@@ -1,7 +1,8 @@
 """One streamed completion over a kept-alive connection (geventhttpclient, the client
 Locust's FastHttpUser uses), timed per content chunk.
 
-TTFT: send -> first content chunk. TPOT: (E2E - TTFT) / (output tokens - 1).
+TTFT: send -> first content chunk (a reasoning model's reasoning or its answer). TTFA: send ->
+the first chunk of the answer itself. TPOT: (E2E - TTFT) / (output tokens - 1), reasoning included.
 ITL: the gaps between content chunks. Output tokens: usage.completion_tokens, or the
 content chunks counted when the server sends no usage (the record says which).
 """
@@ -161,6 +162,9 @@ def _to_record(
         tokens, source = int(parser.completion_tokens), "usage"
     else:
         tokens, source = len(times), "chunks"
+    reasoning = parser.reasoning_tokens
+    if reasoning is None and parser.reasoning_chunks:  # counted: its chunks at this answer's tokens per chunk
+        reasoning = round(parser.reasoning_chunks * tokens / len(times))
     record = RequestRecord(
         start=start_wall,
         end=start_wall + (end - start),
@@ -173,6 +177,9 @@ def _to_record(
         token_source=source,
         send_lag_s=send_lag_s,
         streamed=streamed,
+        ttfa_s=(parser.answer_time - start) if parser.answer_time is not None else None,
+        reasoning_tokens=reasoning,
+        cached_tokens=parser.cached_tokens,
     )
     add = record.itl.add_ms
     for before, after in itertools.pairwise(times):

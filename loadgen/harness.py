@@ -23,6 +23,8 @@ from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from loadgen.arrivals import Arrivals
 from loadgen.client import StreamClient
+from loadgen.dataset_source import DatasetSession
+from loadgen.datasets import DataFileError
 from loadgen.exporter import Exporter
 from loadgen.failfast import doubled_v1
 from loadgen.locust_options import progress_seconds, quiet_locust_table
@@ -36,6 +38,7 @@ from loadgen.sampler import Sampler
 from loadgen.sampling import sample_cpu, sample_timeline
 from loadgen.spawn_pacer import SpawnPacer
 from loadgen.stopper import Stopper
+from loadgen.traffic import Traffic
 from loadgen.webui import ZerogapTab, ignored_form_values, live_rows, prefill_form
 from loadgen.workers import WorkerLink
 from loadgen.workload import Session, Workload
@@ -46,6 +49,8 @@ from loadreport.settings import Settings, SettingsError, load_settings, settings
 
 log = logging.getLogger("zerogap.loadtest")
 FAILURE_PAUSE_S = 0.1
+IDLE_S = 0.05  # a trace's user with no row left to send waits this long before it looks again
+UserSession = Session | DatasetSession
 NONCE_SHAPE = "000000 "  # each prompt starts with a random 6-digit number: no two share a prefix cache entry
 
 
@@ -62,6 +67,7 @@ class Harness:
     def __init__(self) -> None:
         self.settings: Settings | None = None  # None until init (or when settings.json was refused)
         self.plan: LoadSchedule | None = None
+        self.traffic: Traffic | None = None
         self.env: Environment | None = None
         self.exporter: Exporter | None = None
         self.link: WorkerLink | None = None
@@ -90,10 +96,14 @@ class Harness:
         try:
             settings = load_settings(path)
             api_key = settings.api_key()
-        except SettingsError as exc:
+            self.traffic = Traffic.read(settings)
+        except (SettingsError, DataFileError) as exc:
             fail(str(exc))
             return
-        self.settings, self.plan = settings, LoadSchedule.from_settings(settings.load_test)
+        if self.traffic.trace is not None and (self.is_master or self.is_worker):
+            fail("load_test.trace is replayed by one process: run it without --processes, --master or --worker")
+        self.settings = settings
+        self.plan = self.traffic.schedule() or LoadSchedule.from_settings(settings.load_test)
         spawn_rate = 0.0 if self.plan.open_loop else self.plan.spawn_rate  # open loop: the arrivals pace
         self.pacer = SpawnPacer(spawn_rate, one_process=not self.is_worker)
         self.base_url = (environment.host or settings.api.base_url).rstrip("/")
@@ -176,6 +186,9 @@ class Harness:
             urls = tokenize_urls(self.base_url, workload.tokenize_url)
             timeout_s = run.settings.metrics.scrape_timeout_seconds
             counter = tokenize_counter(urls, run.model, timeout_s, self.headers, workload.tokenize_url)
+        if self.traffic is not None and (self.traffic.dataset or self.traffic.trace):
+            offset = self.runner.worker_index if isinstance(self.runner, WorkerRunner) else 0
+            return Prompt("", self.traffic.prepare(run, counter, offset))
         prefix = NONCE_SHAPE if workload.unique_prompts else ""
         text, source = calibrate(workload.prompt_tokens, counter, prefix)
         if workload.prompt_tokens_from == "tokenize" and source != "tokenize":
@@ -195,35 +208,55 @@ class Harness:
         assert self.settings is not None
         api = self.settings.api
         stream = self.settings.workload.stream
-        return StreamClient(
-            self.base_url, api.path(), self.headers, api.connect_timeout_seconds, api.timeout_seconds, stream
-        )
+        path = self.traffic.api_path() if self.traffic is not None else api.path()
+        return StreamClient(self.base_url, path, self.headers, api.connect_timeout_seconds, api.timeout_seconds, stream)
 
     def wait_turn(self) -> None:
         """A starting user's wait for its turn at the spawn rate (loadgen/spawn_pacer.py)."""
         self.pacer.wait_turn()
 
-    def new_session(self) -> Session | None:
-        """A user's own prefix and conversation, for the shared-prefix and multi-turn workloads."""
+    def new_session(self) -> UserSession | None:
+        """A user's own prefix and conversation (shared-prefix and multi-turn workloads), or its place in a dataset."""
+        if self.run is not None and self.run.bodies is not None:
+            return DatasetSession(self.run.bodies)
         workload = self.run.prompt.workload if self.run is not None else None
         if workload is None or not workload.shaped:
             return None
         return workload.session()
 
-    def run_one(self, client: StreamClient, session: Session | None = None) -> None:
+    def tick(self, run_time_s: float) -> tuple[int, float] | None:
+        """The shape's users now; None at the end (a trace's run ends once its last request has ended)."""
+        replay = self.run.replay if self.run is not None else None
+        if self.plan is None or (replay is not None and replay.finished):
+            return None
+        return self.plan.tick(run_time_s)
+
+    def run_one(self, client: StreamClient, session: UserSession | None = None) -> None:
         run, env = self.run, self.env
         if run is None or env is None or run.stopper.stopping:
             gevent.sleep(FAILURE_PAUSE_S)
             return
-        lag = None
-        if run.arrivals is not None:
-            planned = run.arrivals.take()
-            lag = max(0.0, time.time() - planned)
-        body = (
-            session.body(run.model) if session is not None else request_body(run.settings, run.prompt.text, run.model)
-        )
+        lag, line = None, 0
+        if run.replay is not None:
+            taken = run.replay.take()
+            if taken is None:
+                gevent.sleep(IDLE_S)
+                return
+            planned, row, body = taken
+            lag, line = max(0.0, time.time() - planned), row.line
+        else:
+            if run.arrivals is not None:
+                planned = run.arrivals.take()
+                lag = max(0.0, time.time() - planned)
+            body = (
+                session.body(run.model)
+                if session is not None
+                else request_body(run.settings, run.prompt.text, run.model)
+            )
+            line = session.last_line if isinstance(session, DatasetSession) else 0
 
         def keep(record: RequestRecord, walls: list[float]) -> None:  # also an interrupted request's
+            record.line = line
             self.keep(run, record, walls)
 
         request_id = run.request_sent()  # the step's final line waits for the requests still streaming
@@ -231,9 +264,11 @@ class Harness:
             record, walls, detail = with_retries(lambda: client.stream(body, lag, keep), run.settings.api.max_retries)
             if session is not None and record.ok:
                 session.answered(record.output_tokens)
-            self.keep(run, record, walls)
+            keep(record, walls)
         finally:
             run.request_kept(request_id)
+            if run.replay is not None:
+                run.replay.answered()
         if not record.ok:
             run.recorder.note_error(record.error_kind, detail)  # shipped to the master with the records
         fire_locust_events(env, client.path, record, detail)
@@ -267,6 +302,8 @@ class Harness:
             return
         if isinstance(self.runner, MasterRunner) and self.link is not None:
             run.num_workers = self.link.collect(self.runner)  # their last records come into this run
+        if run.replay is not None:
+            run.plan = run.plan.cut_at(end_s - run.start_s)  # the trace's one step lasted until the last answer
         self.run = None
         run.finish(end_s)
 

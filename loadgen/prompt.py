@@ -26,6 +26,7 @@ _WORDS = (
     "go see number no way could people my than first water been call who oil its now find long down day did"
 ).split()
 
+WORDS: tuple[str, ...] = tuple(_WORDS)
 Counter = Callable[[str], int | None]
 
 

@@ -44,5 +44,7 @@ def with_retries(attempt: Attempt, max_retries: int) -> tuple[RequestRecord, lis
         record.e2e_s += lost_s
         if record.ttft_s is not None:
             record.ttft_s += lost_s
+        if record.ttfa_s is not None:
+            record.ttfa_s += lost_s
         record.retries = num_retries
     return record, walls, detail

@@ -8,10 +8,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gevent
 
 from loadgen.arrivals import Arrivals
+from loadgen.dataset_source import DatasetBodies
+from loadgen.replay import TraceReplay
 from loadgen.sampler import Sampler
 from loadgen.stopper import Stopper
 from loadgen.workload import Workload
@@ -45,6 +48,10 @@ class Run:
     model: str = ""
     prompt: Prompt = field(default_factory=Prompt)
     arrivals: Arrivals | None = None  # open loop only
+    replay: TraceReplay | None = None  # load_test.trace: the trace's sends in place of the arrivals
+    bodies: DatasetBodies | None = None  # workload.dataset: what the users send
+    source: dict[str, Any] | None = None  # report.json's run.source (a dataset or a trace)
+    planned_lengths: dict[int, tuple[int, int]] | None = None  # a trace's lengths by line, for requests.csv
     sampler: Sampler | None = None  # the master's (or a local run's) timeline of server signals
     run_dir: Path | None = None  # where the master writes the run
     greenlets: list[gevent.Greenlet] = field(default_factory=list)
@@ -86,7 +93,7 @@ class Run:
         summary = summarize_run(
             self.settings, self.plan, self.start_s, end_s, self.recorder, samples, final=self.final_steps
         )
-        meta = {
+        meta: dict[str, Any] = {
             "base_url": self.base_url,
             "model": self.model,
             "stopped_early": self.stopper.reason or None,
@@ -96,9 +103,12 @@ class Run:
             "num_worker_processes": self.num_workers,
             "interrupted_requests": sum(1 for r in self.recorder.records if r.error_kind == INTERRUPTED),
         }
+        if self.source is not None:
+            meta["source"] = self.source
         report_html = write_run(
-            self.run_dir, self.settings, self.plan, self.start_s, end_s, summary, meta, self.recorder, samples
-        )
+            self.run_dir, self.settings, self.plan, self.start_s, end_s, summary, meta, self.recorder, samples,
+            self.planned_lengths,
+        )  # fmt: skip
         if self.stopper.reason:
             sys.stderr.write(f"zerogap loadtest: the run stopped early; its folder: {self.run_dir}\n")
             return

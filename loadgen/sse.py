@@ -1,8 +1,12 @@
 """Server-sent events of an OpenAI-compatible stream, read by `data:` lines up to [DONE].
 
 A chunk may carry several tokens or none (the role-only first chunk, keep-alive
-comments, the usage-only last chunk): only chunks with content text are content
-chunks, and the token count comes from `usage` when the server sends it.
+comments, the usage-only last chunk): only chunks with text are content chunks, and the
+token count comes from `usage` when the server sends it.
+
+A reasoning model's chunks carry `reasoning_content` (vLLM's older name) or `reasoning`
+(vLLM 0.32) before the answer's `content`: both are content chunks (TTFT is the first of
+either), and the first answer chunk's time and the reasoning chunks are kept apart.
 """
 
 from __future__ import annotations
@@ -10,20 +14,37 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_CHAT_TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
+_REASONING_FIELDS = ("reasoning_content", "reasoning")
+NONE, ANSWER, REASONING = 0, 1, 2
 
 
 class SseParser:
     """Feed it the stream's lines (bytes, with or without line endings) and the time
     each was read; it keeps the content-chunk times and the usage."""
 
-    __slots__ = ("_data", "chat", "completion_tokens", "content_times", "done", "error", "prompt_tokens")
+    __slots__ = (
+        "_data",
+        "answer_time",
+        "cached_tokens",
+        "chat",
+        "completion_tokens",
+        "content_times",
+        "done",
+        "error",
+        "prompt_tokens",
+        "reasoning_chunks",
+        "reasoning_tokens",
+    )
 
     def __init__(self, chat: bool = True) -> None:
         self.chat = chat
         self.content_times: list[float] = []
+        self.answer_time: float | None = None  # the first chunk of the answer itself (not reasoning)
+        self.reasoning_chunks = 0
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+        self.cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
         self.done = False
         self.error: str | None = None
         self._data: list[bytes] = []
@@ -61,16 +82,34 @@ class SseParser:
         if usage:
             self.completion_tokens = usage.get("completion_tokens")
             self.prompt_tokens = usage.get("prompt_tokens")
+            if usage.get("completion_tokens_details") or usage.get("prompt_tokens_details"):
+                self._details(usage)
         for choice in obj.get("choices") or ():
-            if self._has_text(choice):
+            kind = self._text_kind(choice)
+            if kind:
                 self.content_times.append(now)
+                if kind == ANSWER:
+                    if self.answer_time is None:
+                        self.answer_time = now
+                else:
+                    self.reasoning_chunks += 1
                 return
 
-    def _has_text(self, choice: dict[str, Any]) -> bool:
+    def _details(self, usage: dict[str, Any]) -> None:
+        completion, prompt = usage.get("completion_tokens_details"), usage.get("prompt_tokens_details")
+        if isinstance(completion, dict) and isinstance(completion.get("reasoning_tokens"), int):
+            self.reasoning_tokens = completion["reasoning_tokens"]
+        if isinstance(prompt, dict) and isinstance(prompt.get("cached_tokens"), int):
+            self.cached_tokens = prompt["cached_tokens"]
+
+    def _text_kind(self, choice: dict[str, Any]) -> int:
+        """ANSWER, REASONING, or NONE (no text in this choice)."""
         if not self.chat:
-            return bool(choice.get("text"))
+            return ANSWER if choice.get("text") else NONE
         delta = choice.get("delta") or choice.get("message") or {}  # a stream's delta, a whole answer's message
-        return any(delta.get(name) for name in _CHAT_TEXT_FIELDS)
+        if delta.get("content"):
+            return ANSWER
+        return REASONING if any(delta.get(name) for name in _REASONING_FIELDS) else NONE
 
     @property
     def num_content_chunks(self) -> int:

@@ -18,7 +18,7 @@ def not_collected(settings: Settings) -> dict[str, str]:
     if not metrics.collect_tps:
         out |= dict.fromkeys(("output_tps", "total_tps"), "metrics.collect_tps is false")
     if not metrics.collect_ttft:
-        out["ttft_ms"] = "metrics.collect_ttft is false"
+        out |= dict.fromkeys(("ttft_ms", "ttfa_ms", "reasoning_ms"), "metrics.collect_ttft is false")
     if not settings.workload.stream:
         out |= dict.fromkeys(("tpot_ms", "itl_ms"), NOT_STREAMED)
     if not metrics.collect_tpot:

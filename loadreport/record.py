@@ -33,6 +33,10 @@ class RequestRecord:
     itl: Histogram = field(default_factory=Histogram)
     streamed: bool = True  # False: a non-streamed answer (TTFT = E2E; no TPOT, no ITL)
     retries: int = 0  # attempts before this one (api.max_retries); start/TTFT/E2E count from the first
+    ttfa_s: float | None = None  # send -> first answer token (after a reasoning model's reasoning)
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, or counted
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when reported
+    line: int = 0  # the dataset's or trace's file line this request came from (0: a made-up prompt)
 
     @property
     def tpot_s(self) -> float | None:
@@ -55,14 +59,19 @@ class RequestRecord:
             self.itl.to_wire(),
             int(self.streamed),
             self.retries,
+            self.ttfa_s,
+            self.reasoning_tokens,
+            self.cached_tokens,
+            self.line,
         ]
 
     @classmethod
     def from_wire(cls, wire: list[Any]) -> RequestRecord:
-        start, end, ok, kind, ttft, e2e, out, prompt, source, lag, itl, streamed, retries = wire
+        start, end, ok, kind, ttft, e2e, out, prompt, source, lag, itl, streamed, retries = wire[:13]
+        ttfa, reasoning, cached, line = (*wire[13:17], None, None, None, 0)[:4]  # a worker of an older harness
         return cls(
             start, end, bool(ok), kind, ttft, e2e, int(out), int(prompt), source, lag, Histogram.from_wire(itl),
-            bool(streamed), int(retries),
+            bool(streamed), int(retries), ttfa, reasoning, cached, int(line or 0),
         )  # fmt: skip
 
 

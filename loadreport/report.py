@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,13 +16,14 @@ from loadreport.console import load_text
 from loadreport.diagnosis import diagnose, headline
 from loadreport.plots import plot_timeline, plot_vs_load
 from loadreport.record import INTERRUPTED, Recorder
+from loadreport.requests_csv import write_requests
 from loadreport.run_header import run_header
 from loadreport.run_summary import RunSummary
 from loadreport.schedule import LoadSchedule
 from loadreport.schema import RunReport
 from loadreport.settings import OutputSection, Settings
 from loadreport.timeline import Sample, build_rows, read_csv, write_csv
-from loadreport.verdict import knee_sentence, run_verdict
+from loadreport.verdict import ITL_MEANING, itl_note, knee_sentence, run_verdict
 from zerogap.html_page import html_page, image_html
 
 REPORT_VERSION = 1
@@ -56,6 +58,7 @@ def write_run(
     meta: dict[str, Any],
     recorder: Recorder,
     samples: list[Sample],
+    planned_lengths: Mapping[int, tuple[int, int]] | None = None,
 ) -> Path:
     """The run folder. report.json is built strictly (RunReport.build): a figure that does not fit its
     schema is zerogap's bug and raises pydantic.ValidationError, as a step's figure does where it is built."""
@@ -79,6 +82,7 @@ def write_run(
     (run_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
     write_csv(blank_uncollected(settings, build_rows(samples, recorder, plan, run_start)), run_dir / "timeline.csv")
     (run_dir / "settings.json").write_text(settings.model_dump_json(indent=2), encoding="utf-8")
+    write_requests(run_dir / "requests.csv", recorder.records, run_start, planned_lengths)
     return render_run(run_dir)
 
 
@@ -218,6 +222,9 @@ def notes(report: dict[str, Any]) -> list[str]:
     steps = report["steps"]
     out = [headline(diagnosis_of(report)), knee_sentence(report)] if steps else []
     out += run_verdict(report)
+    itl = itl_note(report)
+    if itl is not None:
+        out.append(itl)
     skipped = report["steps"][0].get("not_collected") if report["steps"] else None
     if skipped:
         out.append("Not collected: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()) + ".")
@@ -239,5 +246,8 @@ def page(title: str, report: dict[str, Any], images: list[str]) -> str:
         body.append("<h2>Why TPS stops growing</h2>")
         body.append(diagnosis_table(report))
     body += [image_html(name, name) for name in images]
-    body.append("<p class=note>Latencies in ms at 0.1 ms resolution, over each step's measured window.</p>")
+    body.append(
+        "<p class=note>Latencies in ms at 0.1 ms resolution, over each step's measured window. "
+        f"{html.escape(ITL_MEANING)}.</p>"
+    )
     return html_page(title, body, STYLE)

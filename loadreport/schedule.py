@@ -4,7 +4,7 @@ step held for its duration and measured over its last seconds (the article's adv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loadreport.settings import LoadTestSection
 
@@ -75,6 +75,15 @@ class LoadSchedule:
             return None
         users = self.users_for(phase)
         return users, self.spawn_rate if self.spawn_rate > 0 else float(max(users, 1))
+
+    def cut_at(self, run_time_s: float) -> LoadSchedule:
+        """The schedule with its last phase ending at run_time_s (a trace's run ends when it does)."""
+        last = self.phases[-1]
+        phases = (
+            *self.phases[:-1],
+            replace(last, end_s=run_time_s, measure_start_s=min(last.measure_start_s, run_time_s)),
+        )
+        return replace(self, phases=phases)
 
     def rate_at(self, run_time_s: float) -> float:
         """Open loop: the requests/s planned at this moment (0 outside the run)."""

@@ -119,6 +119,19 @@ class Step(_Model):
     not_collected: dict[str, str] = Field(description="figure -> why it is null (settings.json turned it off)")
     tpot_ms_reason: str | None = None
     itl_ms_reason: str | None = None
+    ttfa_ms: Latency | None = Field(
+        None, description="send -> the first answer token (a reasoning model's, after its reasoning; else = TTFT)"
+    )
+    reasoning_ms: Latency | None = Field(None, description="per request, TTFA - TTFT: the time spent reasoning")
+    reasoning_tokens_mean: float | None = Field(
+        None, description="usage.completion_tokens_details.reasoning_tokens, or the reasoning chunks counted"
+    )
+    cached_tokens_mean: float | None = Field(
+        None, description="usage.prompt_tokens_details.cached_tokens, mean over the requests that reported it"
+    )
+    cached_prompt_share: float | None = Field(
+        None, description="cached prompt tokens / prompt tokens of the requests that reported cached_tokens"
+    )
 
     @property
     def load(self) -> float | None:
@@ -142,6 +155,20 @@ class Diagnosis(_Model):
     advice: str
 
 
+class Source(_Model):
+    """workload.dataset or load_test.trace: the file the requests came from."""
+
+    kind: Literal["dataset", "trace"]
+    path: str
+    format: Literal["openai_jsonl", "sharegpt", "mooncake", "burstgpt"]
+    items: int = Field(description="usable items (dataset) or requests (trace) in the file")
+    used: int = Field(description="items the run sends round and round (dataset_limit), or the trace's requests")
+    skipped: int = Field(description="left out: ShareGPT conversations with no reply, BurstGPT failed rows")
+    tokens_from: str = Field(description="how max_tokens (ShareGPT) or the trace's prompts were counted")
+    trace_speed: float | None = None
+    span_s: float | None = Field(None, description="trace: its first to its last planned send, after trace_speed")
+
+
 class Run(_Model):
     name: str
     started_utc: str
@@ -156,6 +183,7 @@ class Run(_Model):
     prompt_tokens_from: str | None
     num_worker_processes: int
     interrupted_requests: int
+    source: Source | None = Field(None, description="where the prompts came from: a dataset or a trace file")
 
 
 class Slo(_Model):

@@ -81,6 +81,11 @@ class LoadTestSection(_Section):
     measure_last_seconds: float = Field(120.0, gt=0)
     spawn_rate: float = Field(0.0, ge=0, description="users started per second, one by one; 0 = all at once")
     seed: int | None = Field(None, description="open loop: seed of the arrival times (None: a new one each run)")
+    trace: str = Field(
+        "", description='a Mooncake JSONL or BurstGPT CSV trace replayed open-loop at its times; "" = none'
+    )
+    trace_speed: float = Field(1.0, gt=0, description="trace: time runs this many times faster (2 = half the gaps)")
+    trace_block_tokens: int = Field(512, ge=1, le=1_000_000, description="trace: tokens per hash_ids block")
 
     @field_validator("steps")
     @classmethod
@@ -122,6 +127,13 @@ class WorkloadSection(_Section):
     prefix_hot_share: float = Field(0.0, ge=0, le=1, description="> 0: prefix 0 takes this share of requests")
     multi_turn: bool = Field(False, description="each user sends its conversation's growing history")
     max_turns: int = Field(8, ge=1, le=1000, description="multi_turn: a conversation starts over after this")
+    dataset: str = Field("", description='a JSONL of OpenAI request bodies or a ShareGPT JSON file; "" = none')
+    dataset_limit: int | None = Field(None, ge=1, description="use the first N items (after sampling); None = all")
+    dataset_order: Literal["random", "in_order"] = Field("random", description="random: shuffled with dataset_seed")
+    dataset_seed: int = 0
+    dataset_turns: Literal["first", "all"] = Field(
+        "first", description="ShareGPT: the first human turn, or every turn of the conversation in order"
+    )
 
     @field_validator("tokenize_url")
     @classmethod
@@ -193,6 +205,15 @@ class Settings(_Section):
     metrics: MetricsSection = Field(default_factory=MetricsSection)
     slo: SloSection = Field(default_factory=SloSection)
     output: OutputSection = Field(default_factory=OutputSection)
+
+    @model_validator(mode="after")
+    def _one_traffic_source(self) -> Settings:
+        if self.load_test.trace and self.workload.dataset:
+            raise ValueError(
+                "load_test.trace and workload.dataset are both set; a trace builds its prompts from its own "
+                "lengths: drop one of them"
+            )
+        return self
 
     def api_key(self, env: Mapping[str, str] | None = None) -> str:
         """The key from the environment variable api.api_key_env names ("" when none is named)."""

@@ -111,6 +111,28 @@ def _latencies(ok: list[RequestRecord]) -> dict[str, Any]:
     return {name: hist.summary() for name, hist in hists.items()}
 
 
+def _answers(ok: list[RequestRecord]) -> dict[str, Any]:
+    """A reasoning model's figures (TTFA, the time spent reasoning, its tokens) and the engines' cached
+    prompt tokens, over the requests that reported them (null when none did)."""
+    ttfa, reasoning = Histogram(), Histogram()
+    for record in ok:
+        if record.ttfa_s is not None:
+            ttfa.add_ms(record.ttfa_s * 1000)
+            if record.ttft_s is not None and record.reasoning_tokens:
+                reasoning.add_ms((record.ttfa_s - record.ttft_s) * 1000)
+    cached = [r for r in ok if r.cached_tokens is not None]
+    prompt_of_cached = sum(r.prompt_tokens for r in cached)
+    return {
+        "ttfa_ms": ttfa.summary() if ttfa.count else None,
+        "reasoning_ms": reasoning.summary() if reasoning.count else None,
+        "reasoning_tokens_mean": mean([float(r.reasoning_tokens) for r in ok if r.reasoning_tokens is not None]),
+        "cached_tokens_mean": mean([float(r.cached_tokens or 0) for r in cached]) if cached else None,
+        "cached_prompt_share": (
+            round(sum(r.cached_tokens or 0 for r in cached) / prompt_of_cached, 4) if prompt_of_cached else None
+        ),
+    }
+
+
 def _gpu(samples: list[Sample], window: Window) -> dict[str, Any]:
     inside = [s for s in samples if window.start <= s.wall < window.end]
     values = [s.gpu_util for s in inside if s.gpu_util is not None]
@@ -211,6 +233,7 @@ def summarize_step(
         **_requests(window, settings.slo),
         **_tokens(window, recorder),
         **_latencies(window.ok),
+        **_answers(window.ok),
         **_gpu(samples, window),
         **_load_generator(settings, plan, phase, run_start, recorder, window),
         **engine_figures(samples, window.start, window.end),

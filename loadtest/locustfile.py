@@ -18,9 +18,8 @@ from locust import LoadTestShape, User, constant, events, task
 from locust.env import Environment
 
 from loadgen.client import StreamClient
-from loadgen.harness import Harness
+from loadgen.harness import Harness, UserSession
 from loadgen.locust_options import add_options
-from loadgen.workload import Session
 
 HARNESS = Harness()
 
@@ -44,7 +43,7 @@ class LlmUser(User):
 
     def on_start(self) -> None:
         self.stream_client: StreamClient = HARNESS.new_client()
-        self.session: Session | None = HARNESS.new_session()
+        self.session: UserSession | None = HARNESS.new_session()
         HARNESS.wait_turn()  # Locust starts floor(spawn_rate) users at once: they start one by one
 
     def on_stop(self) -> None:
@@ -62,6 +61,4 @@ class SteppedShape(LoadTestShape):
     use_common_options = True
 
     def tick(self) -> tuple[int, float] | None:
-        if HARNESS.plan is None:
-            return None
-        return HARNESS.plan.tick(self.get_run_time())
+        return HARNESS.tick(self.get_run_time())

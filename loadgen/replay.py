@@ -1,0 +1,59 @@
+"""Trace replay: the trace's requests sent open-loop at their times, once each.
+
+A free user takes the next row, builds its body (before waiting, so the build costs no lag), waits
+for the row's planned time (run start + timestamp / trace_speed) and sends. When every user is busy
+the planned time passes and the lag between planned and actual send is recorded: the step is then
+marked invalid, as in the Poisson mode (more users: load_test.concurrency). The run ends once every
+row has been sent and answered (`finished`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import gevent
+
+from loadgen.traces import Trace, TraceRow
+
+
+class TraceReplay:
+    def __init__(self, trace: Trace, speed: float, run_start: float, body: Callable[[TraceRow], bytes]) -> None:
+        self.trace = trace
+        self.speed = speed
+        self.run_start = run_start
+        self.body = body
+        self.next_index = 0
+        self.pending = 0  # taken and not yet answered
+
+    def planned(self, row: TraceRow) -> float:
+        """The row's planned send on the wall clock."""
+        return self.run_start + row.at_s / self.speed
+
+    def take(self) -> tuple[float, TraceRow, bytes] | None:
+        """The next row's planned send time, the row and its body, once that time has come; None when
+        every row has been taken. Call `answered` when its request has ended."""
+        rows = self.trace.rows
+        if self.next_index >= len(rows):
+            return None
+        row = rows[self.next_index]
+        self.next_index += 1
+        self.pending += 1
+        body = self.body(row)
+        planned = self.planned(row)
+        delay = planned - time.time()
+        if delay > 0:
+            gevent.sleep(delay)
+        return planned, row, body
+
+    def answered(self) -> None:
+        self.pending -= 1
+
+    @property
+    def finished(self) -> bool:
+        return self.next_index >= len(self.trace.rows) and self.pending <= 0
+
+    @property
+    def end_s(self) -> float:
+        """The last planned send, from the run's start."""
+        return self.trace.span_s / self.speed
