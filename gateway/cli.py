@@ -18,6 +18,8 @@ from zerogap.config import Config, ConfigError, load_config
 if TYPE_CHECKING:
     import uvicorn
 
+    from gateway.http_refusals import HttpLimits
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 GC_THRESHOLDS = (20_000, 50, 100)
 
@@ -129,22 +131,41 @@ def refusal_counter(app: Any) -> Callable[[str], None]:
     return count
 
 
-def uvicorn_config(app: Any, config: Config, level: str) -> uvicorn.Config:
-    """uvicorn's settings for the gateway: httptools with the [server] HTTP limits
-    (gateway/http_limits.py), no WebSocket (the gateway has no WebSocket route)."""
-    import uvicorn
-
-    from gateway.http_limits import HttpLimits, protocol_class
+def http_limits(config: Config) -> HttpLimits:
+    """The [server] settings the HTTP protocol applies (gateway/http_limits.py)."""
+    from gateway.http_refusals import HttpLimits
 
     s = config.server
-    limits = HttpLimits(s.max_header_bytes, s.header_timeout_s, s.body_timeout_s, s.max_connections)
+    return HttpLimits(
+        s.max_header_bytes,
+        s.header_timeout_s,
+        s.body_timeout_s,
+        s.max_connections,
+        s.max_connections_per_client,
+        s.idle_connection_timeout_s,
+        tuple(s.forwarded_allow_ips),
+    )
+
+
+def uvicorn_config(app: Any, config: Config, level: str) -> uvicorn.Config:
+    """uvicorn's settings for the gateway: httptools with the [server] HTTP limits
+    (gateway/http_limits.py), no WebSocket (the gateway has no WebSocket route), X-Forwarded-For
+    read only from [server].forwarded_allow_ips (none by default: not uvicorn's loopback default,
+    nor its FORWARDED_ALLOW_IPS). Each worker of --workers N reads the same config."""
+    import uvicorn
+
+    from gateway.http_limits import protocol_class
+
+    s = config.server
     return uvicorn.Config(
         app,
         host=s.host,
         port=s.port,
         loop="uvloop",
-        http=protocol_class(limits, refusal_counter(app)),
+        http=protocol_class(http_limits(config), refusal_counter(app)),
         ws="none",
+        proxy_headers=bool(s.forwarded_allow_ips),
+        forwarded_allow_ips=list(s.forwarded_allow_ips),
         access_log=config.logging.access_log,
         log_level=level,
         log_config=None,

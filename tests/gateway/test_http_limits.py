@@ -5,75 +5,36 @@ real `zerogap gateway` process."""
 
 from __future__ import annotations
 
-import re
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from gateway.app import create_app
-from gateway.cli import uvicorn_config
 from tests.fixtures.upstream import Behavior, UpstreamServer
+from tests.gateway.limited import (
+    KEY,
+    SMALL_BUFFER_BYTES,
+    LimitedGateway,
+    SourceConn,
+    assert_error,
+    eventually,
+    limits_config,
+    refused,
+)
 from tests.gateway.processes import GatewayProcess, write_config
 from tests.gateway.raw_http import Conn, chat_request, parse, request
-from zerogap.config import Config, parse_config
 from zerogap.net import free_port
 
-KEY = "unified-limits-secret-1"
 MAX_HEADER_BYTES = 32 * 1024
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 4
 MARGIN_S = 8.0  # a busy machine may be late; never early
 CLOCK_SLACK_S = 0.1  # but a timer's start is read from the event loop's clock, cached at its last wake-up
-SMALL_BUFFER_BYTES = 2048  # the kernel doubles it; autotuning is off for such a socket
+IDLE_TIMEOUT_S = 30.0  # well past uvicorn's own keep-alive timeout (5 s), which it replaces
 ENDLESS_CAP_BYTES = 8 * 1024 * 1024
 HEALTH = request("GET", "/health")
-
-
-def limits_config(tmp_path: Path, upstream_url: str, server: str) -> Config:
-    port = free_port()
-    text = (
-        f'[server]\nport = {port}\napi_key = "{KEY}"\n{server}\n'
-        '[gateway]\nkey_store = "keys.db"\nhealth_interval_s = 0.2\nload_scrape_interval_s = 0.1\n'
-        f'[[backends]]\nname = "b0"\nurl = "{upstream_url}"\nmodel = "m"\n'
-    )
-    return parse_config(text, str(tmp_path / "config.toml"), env={}, base_dir=tmp_path)
-
-
-class LimitedGateway:
-    """uvicorn as the gateway configures it, on a thread; its listening socket has a small receive
-    buffer (inherited by each connection), so that a client's count of bytes sent is close to
-    the bytes the server read."""
-
-    def __init__(self, config: Config) -> None:
-        self.port = config.server.port
-        self.server = uvicorn.Server(uvicorn_config(create_app(config), config, "warning"))
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_BUFFER_BYTES)
-        self.sock.bind(("127.0.0.1", self.port))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def num_connections(self) -> int:
-        return len(self.server.server_state.connections)
-
-    def __enter__(self) -> LimitedGateway:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the gateway did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -86,28 +47,11 @@ def upstream() -> Iterator[UpstreamServer]:
 def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: UpstreamServer) -> Iterator[LimitedGateway]:
     server = (
         f"max_header_bytes = {MAX_HEADER_BYTES}\nheader_timeout_s = {HEADER_TIMEOUT_S}\n"
-        f"body_timeout_s = {BODY_TIMEOUT_S}\nmax_connections = {MAX_CONNECTIONS}"
+        f"body_timeout_s = {BODY_TIMEOUT_S}\nmax_connections = {MAX_CONNECTIONS}\n"
+        f"max_connections_per_client = {MAX_CONNECTIONS}\nidle_connection_timeout_s = {IDLE_TIMEOUT_S}"
     )
     with LimitedGateway(limits_config(tmp_path_factory.mktemp("limits"), upstream.url, server)) as gw:
         yield gw
-
-
-def assert_error(raw: bytes, status: int, setting: str) -> None:
-    response = parse(raw)
-    assert response.status == status, raw[:300]
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"} and setting in error["message"], error
-    assert response.headers["connection"] == "close"
-
-
-def refused(gateway: LimitedGateway, reason: str) -> float:
-    """zerogap_http_refused_total{reason} as GET /metrics shows it (0 before the first)."""
-    with Conn(gateway.port) as conn:
-        conn.sendall(request("GET", "/metrics"))
-        response = conn.read_response()
-    assert response.status == 200, response
-    found = re.search(rf'^zerogap_http_refused_total{{reason="{reason}"}} (\S+)$', response.body.decode(), re.M)
-    return float(found.group(1)) if found else 0.0
 
 
 def test_an_endless_header_line_is_cut_near_the_limit(gateway: LimitedGateway) -> None:
@@ -234,7 +178,7 @@ def test_an_idle_keep_alive_connection_outlives_the_header_timeout(gateway: Limi
     with Conn(gateway.port) as conn:
         conn.sendall(HEALTH)
         assert conn.read_response().status == 200
-        time.sleep(2 * HEADER_TIMEOUT_S)  # idle: uvicorn's keep-alive (5 s) applies, not the header timer
+        time.sleep(6.0)  # idle: idle_connection_timeout_s applies (not the header timer, nor uvicorn's 5 s)
         conn.sendall(HEALTH)
         assert conn.read_response().status == 200
 
@@ -286,21 +230,21 @@ def test_a_stream_longer_than_the_timeouts_works(gateway: LimitedGateway) -> Non
 
 
 def test_beyond_max_connections_a_request_gets_503(gateway: LimitedGateway) -> None:
-    _eventually(lambda: gateway.num_connections() == 0)  # earlier tests' closes are done (the scrape needs a slot)
+    eventually(lambda: gateway.num_connections() == 0)  # earlier tests' closes are done (the scrape needs a slot)
     before = refused(gateway, "too_many_connections")
-    assert _eventually(lambda: gateway.num_connections() == 0)  # the scrape's connection closed too
+    assert eventually(lambda: gateway.num_connections() == 0)  # the scrape's connection closed too
     held = [Conn(gateway.port) for _ in range(MAX_CONNECTIONS)]
     try:
         for conn in held:
             conn.sendall(HEALTH)
             assert conn.read_response().status == 200
-        with Conn(gateway.port) as extra:
+        with SourceConn(gateway.port, "127.0.0.2") as extra:  # another client: its own count is not full
             extra.sendall(HEALTH)
             raw, _ = extra.read_to_end()
         assert_error(raw, 503, "[server].max_connections")
         assert parse(raw).headers["retry-after"] == "1"
         held.pop().close()
-        assert _eventually(lambda: gateway.num_connections() < MAX_CONNECTIONS)
+        assert eventually(lambda: gateway.num_connections() < MAX_CONNECTIONS)
         with Conn(gateway.port) as again:
             again.sendall(HEALTH)
             assert again.read_response().status == 200
@@ -308,14 +252,6 @@ def test_beyond_max_connections_a_request_gets_503(gateway: LimitedGateway) -> N
         for conn in held:
             conn.close()
     assert refused(gateway, "too_many_connections") == before + 1
-
-
-def _eventually(predicate: object, timeout_s: float = 10.0) -> bool:
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout_s
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 def test_the_gateway_process_applies_the_limits(tmp_path: Path, upstream: UpstreamServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import Field, HttpUrl, field_validator, model_validator
@@ -10,6 +11,7 @@ from zerogap.config.base import Section
 from zerogap.config.routing import CacheAwareSection, RoutingName
 
 MIN_SECRET_CHARS = 16
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1024  # the load test (256 streams, scrapes) and the soak (512) from one host fit
 # body fields the gateway reads itself (gateway/request.py): drop_body_fields may not name them
 GATEWAY_READS = frozenset({"model", "messages", "prompt", "stream", "stream_options", "max_tokens",
                            "max_completion_tokens", "n", "best_of"})  # fmt: skip
@@ -32,12 +34,40 @@ class ServerSection(Section):
     max_connections: int = Field(
         10_000, ge=1, description="open client connections per gateway process; beyond it: 503"
     )
+    max_connections_per_client: int = Field(
+        DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+        ge=1,
+        description="open connections of one client address (IPv6: its /64) per gateway process; beyond it the "
+        "new connection gets 503 at once; at most max_connections (default: 1024, or max_connections if lower)",
+    )
+    idle_connection_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="a connection that sends no request within this long (new, or kept alive between requests) "
+        "is closed",
+    )
+    forwarded_allow_ips: list[str] = Field(
+        default_factory=list,
+        description='proxies (addresses or CIDR networks, or "*") whose X-Forwarded-For names the client; '
+        "default none: the client is the socket's address",
+    )
 
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
         HttpUrl(value)  # raises with a clear message on a bad URL
         return value
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                if entry.strip() != "*":
+                    ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f'{entry!r} is not an IP address, a network (CIDR, e.g. 10.0.0.0/8) or "*"') from None
+        return [entry.strip() for entry in value]
 
     @field_validator("api_key", "admin_key", "metrics_key")
     @classmethod
@@ -48,6 +78,18 @@ class ServerSection(Section):
                 "make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
             )
         return value
+
+    @model_validator(mode="after")
+    def _per_client(self) -> ServerSection:
+        if self.max_connections_per_client > self.max_connections:
+            if "max_connections_per_client" not in self.model_fields_set:  # the default follows a lower max
+                self.max_connections_per_client = self.max_connections
+            else:
+                raise ValueError(
+                    f"max_connections_per_client ({self.max_connections_per_client}) must be at most "
+                    f"max_connections ({self.max_connections}): one client may not hold more than every client"
+                )
+        return self
 
     @model_validator(mode="after")
     def _distinct(self) -> ServerSection:
@@ -136,6 +178,11 @@ class GatewaySection(Section):
     )
     max_tokens_limit: int | None = Field(
         None, ge=1, description="a request asking for more completion tokens than this gets 400; absent: no limit"
+    )
+    continue_streams: bool = Field(
+        True,
+        description="a one-choice stream that breaks after its first token is continued on another backend"
+        " (from the text relayed so far) instead of ending with an error event",
     )
     max_choices: int = Field(
         128,
