@@ -58,6 +58,7 @@ class Exchange:
     last_s: float | None = None
     charge: Charge | None = None  # None: nothing to charge (no answer came, or the backend refused it)
     replied: bool = False  # the relay has its answer (no more keep-alives while waiting for it)
+    continue_ok: bool = True  # the client did not opt out of stream continuation (X-Zerogap-Continue: off)
 
     def start_stream(self) -> bool:
         """Marks the response started as an SSE stream; True if the caller is to send the headers

@@ -139,7 +139,8 @@ class Pipe:
         idle watch from here on) and its head goes out first. True: data waits behind the head."""
         self.relayed = True
         exchange = self.exchange
-        exchange.first_s = self.watch.last_s
+        if exchange.first_s is None:  # a continuation's first bytes are not the stream's
+            exchange.first_s = self.watch.last_s
         exchange.status = 200
         exchange.replied = True
         assert self.first_byte is not None

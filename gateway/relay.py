@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from gateway import charging
 from gateway.assemble import Assembler
 from gateway.charging import choice_usage
+from gateway.continuation import Transcript, chat_call, continuable
 from gateway.errors import bare, error_body, error_message, sse_error
 from gateway.exchange import Exchange, Reply, json_reply
 from gateway.flights import Flight, Flights
@@ -27,6 +28,7 @@ from gateway.outlier import OutlierDetector, RequestFailures
 from gateway.pipe import Pipe
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
+from gateway.resume import DONE_EVENT, BodyFor, Resume
 from gateway.routing.prefix import Prompt
 from gateway.sse import SHOW_ALL, SseFilter, shown_usage
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
@@ -86,6 +88,11 @@ class Relay:
         prompt = self._prompt(exchange.call) if pool.policy.reads_prompt else None
         panicked = False
         failures = self.outlier.for_request()
+        call = exchange.call
+        filt = SseFilter(shown_usage(call.client_wants_usage, call.client_wants_continuous_usage), choice_usage(call))
+        resume = Resume(call, self.settings.continue_streams and exchange.continue_ok and continuable(call))
+        if resume.allowed:
+            filt.transcript = Transcript(chat_call(call))
         try:
             while len(tried) <= self.settings.max_retries:
                 backend = self._choose(exchange.call, pool, tried, prompt)
@@ -103,14 +110,14 @@ class Relay:
                 first_byte_deadline_s = time.monotonic() + self.settings.first_byte_timeout_s
                 try:
                     try:
-                        resp, first = await self._open(exchange, backend, flight)
+                        resp, first = await self._open(exchange, backend, flight, resume.body)
                         answer = self._answer(exchange, backend, resp, first)
                         failures.served()
                         if answer is not None:
                             yield answer
                             return
                         # closed here, not by the collector: its finally sets the charge, settled below
-                        stream = self._stream(exchange, resp, flight, first_byte_deadline_s)
+                        stream = self._stream(exchange, resp, flight, first_byte_deadline_s, filt, resume)
                         try:
                             outcome: BaseException | None = None
                             while True:  # `yield from` for async generators: a pipe's outcome goes back in
@@ -121,7 +128,11 @@ class Relay:
                                 outcome = yield item
                         finally:
                             await stream.aclose()
-                        return
+                        if resume.broken is None:
+                            return
+                        if not resume.prepare(filt):
+                            break
+                        continue
                     except AttemptFailed as exc:  # before the first byte (the head, or a stream that ended first)
                         failure = bare(exc)
                         self._upstream_error(exchange, backend, exc, failures)
@@ -131,6 +142,11 @@ class Relay:
                 finally:
                     backend.num_inflight -= 1
                     self.flights.close(flight)
+            if resume.failure is not None and resume.broken is not None:  # no backend could continue the stream
+                resume.gave_up(self.metrics)
+                exchange.status, event = resume.failure
+                yield event
+                return
             failures.unserved(len(tried))
             if panicked and failure.label != "draining":
                 failure = AttemptFailed(503, "no_backend", f"{no_backend} Tried anyway: {failure.message}")
@@ -176,7 +192,9 @@ class Relay:
             failure.status, json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
         )
 
-    async def _open(self, exchange: Exchange, backend: Backend, flight: Flight) -> tuple[UpstreamResponse, bytes]:
+    async def _open(
+        self, exchange: Exchange, backend: Backend, flight: Flight, body_for: BodyFor | None = None
+    ) -> tuple[UpstreamResponse, bytes]:
         """The backend's answer, and its whole body when it is not a stream (a stream's first byte is
         its pipe's to wait for), within [gateway].first_byte_timeout_s, or until the backend leaves
         the pool (flight).
@@ -190,7 +208,7 @@ class Relay:
             async with asyncio.timeout(timeout_s) as timeout:
                 flight.waiting(timeout)
                 try:
-                    body = exchange.call.body_for(backend.upstream_model)
+                    body = (body_for or exchange.call.body_for)(backend.upstream_model)
                     resp = await self.client.post(backend.url + exchange.call.path, body, headers)
                     if resp.status == 200:  # a good start for the outlier rule, as a 5xx is a bad one:
                         self.outlier.success(backend)  # both are known when the headers come
@@ -292,13 +310,16 @@ class Relay:
             exchange.charge = charging.of_body(exchange.call, answer)
         return json_reply(200, body)
 
-    async def _stream(self, exchange: Exchange, resp: UpstreamResponse, flight: Flight, deadline_s: float) -> Items:
+    async def _stream(
+        self, exchange: Exchange, resp: UpstreamResponse, flight: Flight, deadline_s: float, filt: SseFilter,
+        resume: Resume,
+    ) -> Items:  # fmt: skip
         """The stream, relayed by a Pipe from its first byte on (proxy._drive runs it and sends back
         what broke it, if anything). Ended before its first byte, nothing reached the client: an
-        AttemptFailed, and the relay tries another backend."""
+        AttemptFailed, and the relay tries another backend. Broken after it: the error event, or,
+        when it can be continued (continuation.py), `resume.broken` set for the relay to go on."""
         clean = False
         call = exchange.call
-        filt = SseFilter(shown_usage(call.client_wants_usage, call.client_wants_continuous_usage), choice_usage(call))
         idle_s = self.settings.idle_timeout_s
         watch = IdleWatch(idle_s, resp.close, armed=False)  # armed by the pipe at the first byte
         pipe = Pipe(resp, filt, exchange, watch, flight, deadline_s)
@@ -306,10 +327,19 @@ class Relay:
             error = yield pipe
             if not pipe.relayed:
                 raise self._no_first_byte(flight, pipe, error)
+            resume.relayed(self.metrics)
             if error is None and watch.fired:
                 error = UpstreamError("idle", "idle timeout")
+            if error is None and resume.unfinished(filt):
+                error = UpstreamError("broken", "the stream ended without [DONE]", "ended the stream before its end")
             if isinstance(error, UpstreamError):  # the backend broke the stream, or went quiet
-                yield self._stream_broken(exchange, flight, error, watch.fired)
+                event = self._stream_broken(exchange, flight, error, watch.fired)
+                verdict = resume.broke(flight, watch.fired, filt, event, exchange.status, self.metrics)
+                if verdict == "done":  # every token came: the stream ends as it would have
+                    exchange.status = 200
+                    yield filt.rest() + DONE_EVENT
+                elif verdict == "error":
+                    yield event
                 return
             if error is not None:  # sending to the client failed
                 try:
@@ -325,6 +355,7 @@ class Relay:
             watch.cancel()
             if pipe.relayed:
                 exchange.charge = charging.of_stream(call, filt)  # what was relayed, however it ended
+            resume.ended(filt, self.metrics)
             resp.release() if clean else resp.close()
 
     def _no_first_byte(self, flight: Flight, pipe: Pipe, error: BaseException | None) -> AttemptFailed:

@@ -100,6 +100,14 @@ def _prompt_estimates(prompt: str | list[Any]) -> list[int]:
     return [len(p) if type(p) is list else math.ceil(len(p.encode(errors="replace")) / BYTES_PER_TOKEN) for p in prompt]
 
 
+def _prompt_logprobs(body: dict[str, Any], chat: bool) -> bool:
+    """Whether vLLM computes the prompt's logprobs, which it refuses in a stream and puts in a
+    non-streamed answer only: prompt_logprobs, or (completions) echo with logprobs."""
+    if body.get("prompt_logprobs") not in (None, 0):
+        return True
+    return not chat and bool(body.get("echo")) and body.get("logprobs") is not None
+
+
 def _check_choices(choices: int, prompts: int, most: int) -> None:
     """[gateway].max_choices: the sequences one request makes an engine run (n x prompts)."""
     if choices * prompts > most:
@@ -151,7 +159,7 @@ def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> C
         sent = min(settings.default_max_tokens, settings.max_tokens_limit)
     call.budget_tokens = (sent or settings.default_max_tokens) * choices * len(prompt_estimates)
     call.choices_per_prompt, call.prompt_estimates = choices, prompt_estimates
-    call.assembled = not stream and body.get("prompt_logprobs") in (None, 0)  # vLLM: no prompt_logprobs in a stream
+    call.assembled = not stream and not _prompt_logprobs(body, chat)
     call._encoded = _upstream_bytes(call, settings.drop_body_fields, None if sent == asked.max_tokens else sent)
     return call
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from gateway.choice_usage import ChoiceUsage
+    from gateway.continuation import Rewriter, Transcript
 
 MAX_PENDING_BYTES = 1 << 20  # an "event" this long without a blank line is passed on as it is
 
@@ -55,17 +56,21 @@ def shown_usage(wants_usage: bool, wants_continuous: bool) -> int:
 
 
 class SseFilter:
-    __slots__ = ("_pending", "_usage", "choices", "num_chunks", "show")
+    __slots__ = ("_pending", "_usage", "choices", "num_chunks", "rewriter", "show", "transcript")
 
     def __init__(self, show: int, choices: ChoiceUsage | None = None) -> None:
         self.show = show
         self.choices = choices  # a stream of several choices is charged per choice (choice_usage.py)
+        self.transcript: Transcript | None = None  # the text so far, for a continuation (continuation.py)
+        self.rewriter: Rewriter | None = None  # set while a continuation is relayed
         self.num_chunks = 0  # events with a choice relayed, less role-only openers (counted while no usage came)
         self._usage: bytes | None = None  # the last usage field the backend reported, from its "usage" key on
         self._pending = b""
 
     def feed(self, data: bytes) -> bytes:
         """Bytes to forward now: the complete events of pending + data."""
+        if self.rewriter is not None:
+            data = self.rewriter.feed(data)
         if self._pending:
             data = self._pending + data
             self._pending = b""
@@ -81,6 +86,8 @@ class SseFilter:
             data = data[:end]
         if self.choices is not None:
             self.choices.feed(data)
+        if self.transcript is not None:
+            self.transcript.feed(data)
         at = data.find(FIELD)
         if at >= 0:
             out = self._usage_in(data, at)
@@ -93,11 +100,19 @@ class SseFilter:
             self.num_chunks += num
         return out
 
+    def drop_pending(self) -> None:
+        """Forget the partial event of a stream that broke (a continuation starts afresh)."""
+        self._pending = b""
+
     def rest(self) -> bytes:
         """What is left at the end of the stream (an event without its blank line)."""
+        if self.rewriter is not None:
+            self._pending += self.rewriter.rest()
         rest, self._pending = self._pending, b""
         if rest and self.choices is not None:
             self.choices.feed(rest)
+        if rest and self.transcript is not None:
+            self.transcript.feed(rest)
         return rest
 
     def reported(self) -> tuple[int | None, int | None]:

@@ -100,6 +100,26 @@ class Seen:
         return None
 
     @property
+    def words(self) -> list[str]:
+        """The answer's words, as the client read them (the fixture upstream's are t0, t1, ...)."""
+        text = ""
+        for part in self.raw.split(b"\n\n"):
+            if part.startswith(b"data: {"):
+                for choice in json.loads(part[6:]).get("choices") or []:
+                    text += (choice.get("delta") or {}).get("content") or choice.get("text") or ""
+        return text.split()
+
+    @property
+    def num_content_chunks(self) -> int:
+        """Chunks that carry text (one token each from the sim and the fixture)."""
+        num = 0
+        for part in self.raw.split(b"\n\n"):
+            if part.startswith(b"data: {"):
+                for choice in json.loads(part[6:]).get("choices") or []:
+                    num += bool((choice.get("delta") or {}).get("content") or choice.get("text"))
+        return num
+
+    @property
     def num_tokens(self) -> int:
         """Tokens of the fixture upstream (" t0", " t1", ...)."""
         return self.raw.count(b'"content":" t')

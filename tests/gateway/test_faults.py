@@ -60,10 +60,14 @@ async def test_sigstop_while_waiting_for_the_first_byte_retries_elsewhere(tmp_pa
     assert metric(text, "zerogap_backend_ejections_total", backend="a") == 1
 
 
-async def test_sigstop_while_streaming_ends_those_streams_after_the_grace(tmp_path) -> None:
+@pytest.mark.parametrize("continued", [False, True])
+async def test_sigstop_while_streaming_ends_those_streams_after_the_grace(tmp_path, continued) -> None:
+    """Without continuation each stream at the frozen backend ends with the error event after the
+    grace; with it (the default) each is continued on the other backend and ends whole."""
     slow = ("--time-scale", "10")
     with run_sim_process(*slow, model="m") as frozen, run_sim_process(*slow, model="m") as ok:
-        config = make_config(tmp_path, [("a", frozen.url, "m"), ("b", ok.url, "m")], FAST)
+        settings = {**FAST, "continue_streams": continued}
+        config = make_config(tmp_path, [("a", frozen.url, "m"), ("b", ok.url, "m")], settings)
         with GatewayServer(config) as gs:
             a = gs.gw.router.backends[0]
             async with session() as s:
@@ -77,7 +81,14 @@ async def test_sigstop_while_streaming_ends_those_streams_after_the_grace(tmp_pa
                     seen = await asyncio.gather(*tasks)
                 finally:
                     resume_and_stop(frozen.proc)
+            _, text = await get(gs.url + "/metrics")
     ended = [r for r in seen if not r.finished]
+    if continued:
+        assert not ended, [r.raw[-300:] for r in ended]
+        assert all(r.num_content_chunks == 64 for r in seen), [r.num_content_chunks for r in seen]  # each token once
+        labels = {"reason": "ejected", "outcome": "continued"}
+        assert metric(text, "zerogap_continuations_total", **labels) == num_on_a
+        return
     assert len(ended) == num_on_a and len(seen) - len(ended) == 12 - num_on_a
     for r in ended:  # a clean end: the error event, then [DONE], after the tokens that came
         assert r.status == 200 and r.raw.rstrip().endswith(b"data: [DONE]") and 1 < r.num_chunks < 64
@@ -86,10 +97,12 @@ async def test_sigstop_while_streaming_ends_those_streams_after_the_grace(tmp_pa
         assert r.end_s - stopped_s > GRACE_S
 
 
-async def test_sigkill_ends_its_streams_and_the_rest_go_elsewhere(tmp_path) -> None:
-    args = ("--interval-s", "0.05")
+@pytest.mark.parametrize("continued", [False, True])
+async def test_sigkill_ends_its_streams_and_the_rest_go_elsewhere(tmp_path, continued) -> None:
+    args = ("--interval-s", "0.05", "--num-output-tokens", "40")
     with upstream_process(*args) as doomed, upstream_process(*args) as ok:
-        config = make_config(tmp_path, [("a", doomed.url, "m"), ("b", ok.url, "m")], FAST)
+        settings = {**FAST, "continue_streams": continued}
+        config = make_config(tmp_path, [("a", doomed.url, "m"), ("b", ok.url, "m")], settings)
         with GatewayServer(config) as gs:
             a = gs.gw.router.backends[0]
             async with session() as s:
@@ -101,7 +114,14 @@ async def test_sigkill_ends_its_streams_and_the_rest_go_elsewhere(tmp_path) -> N
                 killed_s = time.monotonic()
                 later = [asyncio.create_task(one(s, gs.url, stream_body(4), 10)) for _ in range(16)]
                 seen, after = await asyncio.gather(*first), await asyncio.gather(*later)
+            _, text = await get(gs.url + "/metrics")
     broken = [r for r in seen if not r.finished]
+    if continued:  # each stream the kill broke goes on at b, from where it broke: every word once, in order
+        assert not broken, [r.raw[-300:] for r in broken]
+        assert all(r.words == [f"t{i}" for i in range(40)] for r in seen), [r.words for r in seen]
+        assert metric(text, "zerogap_continuations_total", reason="broken", outcome="continued") == num_on_a
+        assert all(r.finished for r in after)
+        return
     assert len(broken) == num_on_a
     for r in broken:
         assert r.status == 200 and r.raw.rstrip().endswith(b"data: [DONE]") and r.error is not None

@@ -15,6 +15,7 @@ from gateway.http_client import HttpUpstream
 from gateway.upstream import UpstreamResponse
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import (
+    METRICS_KEY,
     GatewayServer,
     auth,
     chat_body,
@@ -32,13 +33,13 @@ from zerogap.process_group import stop_process
 
 async def test_stream_is_relayed_and_usage_chunk_stripped(tmp_path) -> None:
     with UpstreamServer(Behavior(num_output_tokens=4), model="m") as up:
-        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], per_key=True)) as gs:
             direct = events((await post(up.url + "/v1/chat/completions", chat_body()))[2])
             status, headers, raw = await post(gs.url + "/v1/chat/completions", chat_body(), auth())
             _, _, with_usage = await post(
                 gs.url + "/v1/chat/completions", chat_body(stream_options={"include_usage": True}), auth()
             )
-            _, text = await get(gs.url + "/metrics")
+            _, text = await get(gs.url + "/metrics", auth(METRICS_KEY))
     assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
     relayed = events(raw)
     assert relayed[-1] == "[DONE]"
@@ -59,7 +60,10 @@ async def test_non_stream_and_completions_under_base_url(tmp_path) -> None:
             status, _, raw = await post(gs.url + "/api/v1/completions", {"model": "m", "prompt": "a b"}, auth())
             s2, _, raw2 = await post(gs.url + "/api/v1/chat/completions", chat_body(stream=False), auth())
             s3, models = await get(gs.url + "/api/v1/models", auth())
-    assert status == 200 and json.loads(raw)["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    usage = json.loads(raw)["usage"]  # vLLM's UsageInfo, every field (the details None here)
+    assert status == 200 and {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} == {
+        "prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5
+    }  # fmt: skip
     assert s2 == 200 and json.loads(raw2)["choices"][0]["message"]["content"] == " t0 t1 t2"
     assert s3 == 200 and [m["id"] for m in json.loads(models)["data"]] == ["m"]
     assert [r.path for r in up.requests] == ["/v1/completions", "/v1/chat/completions"]

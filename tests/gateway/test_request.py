@@ -115,6 +115,8 @@ def test_prompt_logprobs_not_streamed_upstream_since_vllm_refuses_them_in_a_stre
     assert not call.assembled
     assert json.loads(call.body_for(None)) == {"model": "m", "prompt": "x", "prompt_logprobs": 2}
     assert parse(b'{"model": "m", "prompt": "x", "prompt_logprobs": 0}').assembled
+    assert not parse(b'{"model": "m", "prompt": "x", "echo": true, "logprobs": 2}').assembled  # vLLM's prompt logprobs
+    assert parse(b'{"model": "m", "prompt": "x", "echo": true}').assembled
 
 
 def test_limits_and_stream_flags_read_from_the_body() -> None:

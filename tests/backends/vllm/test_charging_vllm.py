@@ -81,6 +81,8 @@ def without_ids(answer: dict[str, Any]) -> dict[str, Any]:
             {"messages": PROMPT, "max_tokens": 8, "n": 2, "logprobs": True, "top_logprobs": 2, "temperature": 1.0},
         ),  # n > 1 is not greedy: the seed makes it repeatable
         ("/v1/completions", {"prompt": ["one two three", "four five"], "max_tokens": 8, "n": 2, "temperature": 1.0}),
+        ("/v1/completions", {"prompt": "one two three", "max_tokens": 8, "echo": True}),
+        # echo with logprobs: vLLM adds the prompt's logprobs, which it never streams: sent unstreamed
         ("/v1/completions", {"prompt": "one two three", "max_tokens": 8, "logprobs": 2, "echo": True}),
     ],
 )
