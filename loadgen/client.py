@@ -61,13 +61,15 @@ class StreamClient:
         self.http.close()
 
     def stream(
-        self, body: bytes, send_lag_s: float | None = None, on_interrupt: Callback | None = None
+        self, body: bytes, planned: float | None = None, on_interrupt: Callback | None = None
     ) -> tuple[RequestRecord, list[float], str]:
         """Send one request and read it to the end. Returns the record, the wall-clock
         time of each content chunk, and the failure detail ("" when it went well).
+        planned: open loop, the planned send (wall clock); the record keeps the lag behind it.
         When the test stops mid-stream, on_interrupt gets what was read so far."""
         parser = SseParser(self.chat)
         start_wall, start = time.time(), time.perf_counter()
+        send_lag_s = None if planned is None else max(0.0, start_wall - planned)
         kind, detail, end = "", "", None
         try:
             end = self._send_and_read(body, parser)

@@ -122,6 +122,7 @@ class Harness:
         events = environment.events
         events.test_start.add_listener(self.on_test_start)
         events.test_stop.add_listener(self.on_test_stop)
+        events.spawning_complete.add_listener(self.on_spawned)
         events.quitting.add_listener(self.on_quitting)
         self.link = WorkerLink(environment, lambda: self.run, self.exporter)
         self.link.install(self.runner)
@@ -174,6 +175,13 @@ class Harness:
             progress_s = progress_seconds(environment.parsed_options)
             self.spawn(run, lambda: report_progress(run, self.user_count, self.is_master, progress_s))
             log.info("zerogap: this run writes %s", run.run_dir)
+
+    def on_spawned(self, **_: Any) -> None:
+        """The users have started: a trace's time 0 (the run's start, in its report)."""
+        run = self.run
+        if run is not None and run.replay is not None and not run.replay.started.is_set():
+            run.replay.start(time.time())
+            run.start_s = run.replay.run_start
 
     @staticmethod
     def spawn(run: Run, function: Callable[[], None]) -> None:
@@ -236,23 +244,17 @@ class Harness:
         if run is None or env is None or run.stopper.stopping:
             gevent.sleep(FAILURE_PAUSE_S)
             return
-        lag, line = None, 0
+        planned: float | None = None  # open loop: the planned send
         if run.replay is not None:
             taken = run.replay.take()
             if taken is None:
                 gevent.sleep(IDLE_S)
                 return
             planned, row, body = taken
-            lag, line = max(0.0, time.time() - planned), row.line
+            line = row.line
         else:
-            if run.arrivals is not None:
-                planned = run.arrivals.take()
-                lag = max(0.0, time.time() - planned)
-            body = (
-                session.body(run.model)
-                if session is not None
-                else request_body(run.settings, run.prompt.text, run.model)
-            )
+            planned = run.arrivals.take() if run.arrivals is not None else None
+            body = session.body(run.model) if session else request_body(run.settings, run.prompt.text, run.model)
             line = session.last_line if isinstance(session, DatasetSession) else 0
 
         def keep(record: RequestRecord, walls: list[float]) -> None:  # also an interrupted request's
@@ -261,7 +263,9 @@ class Harness:
 
         request_id = run.request_sent()  # the step's final line waits for the requests still streaming
         try:
-            record, walls, detail = with_retries(lambda: client.stream(body, lag, keep), run.settings.api.max_retries)
+            record, walls, detail = with_retries(
+                lambda: client.stream(body, planned, keep), run.settings.api.max_retries
+            )
             if session is not None and record.ok:
                 session.answered(record.output_tokens)
             keep(record, walls)

@@ -1,7 +1,9 @@
 """Trace replay: the trace's requests sent open-loop at their times, once each.
 
-A free user takes the next row, builds its body (before waiting, so the build costs no lag), waits
-for the row's planned time (run start + timestamp / trace_speed) and sends. When every user is busy
+The trace's time 0 is when its pool of users has started (`start`, at Locust's spawning_complete:
+a pool that is still starting would lag behind the first rows). A free user takes the next row,
+builds its body (before waiting, so the build costs no lag), waits for the row's planned time
+(time 0 + timestamp / trace_speed) and sends. When every user is busy
 the planned time passes and the lag between planned and actual send is recorded: the step is then
 marked invalid, as in the Poisson mode (more users: load_test.concurrency). The run ends once every
 row has been sent and answered (`finished`).
@@ -13,18 +15,28 @@ import time
 from collections.abc import Callable
 
 import gevent
+from gevent.event import Event
 
 from loadgen.traces import Trace, TraceRow
 
+START_WAIT_S = 30.0  # the users wait this long at most for the pool to start (then time 0 is now)
+
 
 class TraceReplay:
-    def __init__(self, trace: Trace, speed: float, run_start: float, body: Callable[[TraceRow], bytes]) -> None:
+    def __init__(self, trace: Trace, speed: float, body: Callable[[TraceRow], bytes]) -> None:
         self.trace = trace
         self.speed = speed
-        self.run_start = run_start
+        self.run_start = time.time()  # time 0, once started
         self.body = body
+        self.started = Event()
         self.next_index = 0
         self.pending = 0  # taken and not yet answered
+
+    def start(self, now: float) -> None:
+        """Time 0 of the trace is now (once)."""
+        if not self.started.is_set():
+            self.run_start = now
+            self.started.set()
 
     def planned(self, row: TraceRow) -> float:
         """The row's planned send on the wall clock."""
@@ -33,6 +45,8 @@ class TraceReplay:
     def take(self) -> tuple[float, TraceRow, bytes] | None:
         """The next row's planned send time, the row and its body, once that time has come; None when
         every row has been taken. Call `answered` when its request has ended."""
+        if not self.started.wait(START_WAIT_S):
+            self.start(time.time())
         rows = self.trace.rows
         if self.next_index >= len(rows):
             return None

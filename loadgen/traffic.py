@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,8 +64,7 @@ class Traffic:
         if self.dataset is not None:
             run.bodies, tokens_from = self.dataset_bodies(run.model, counter, offset)
         else:
-            run.replay, tokens_from = self.replay(run.model, counter, time.time())
-            run.start_s = run.replay.run_start  # the trace's time 0: after its words were checked
+            run.replay, tokens_from = self.replay(run.model, counter)
             run.planned_lengths = self.planned_lengths()
         run.source = self.source(tokens_from)
         return tokens_from
@@ -82,8 +80,8 @@ class Traffic:
         self.num_used = len(items)
         return DatasetBodies(self.settings, model, items), tokens_from
 
-    def replay(self, model: str, counter: Counter | None, run_start: float) -> tuple[TraceReplay, str]:
-        """The trace's replay from run_start, and how its prompts' token counts were checked."""
+    def replay(self, model: str, counter: Counter | None) -> tuple[TraceReplay, str]:
+        """The trace's replay (started when the users are), and how its prompts' token counts were checked."""
         assert self.trace is not None
         load = self.settings.load_test
         vocabulary, tokens_from = fit_vocabulary(counter, load.trace_block_tokens)
@@ -98,7 +96,7 @@ class Traffic:
             fields |= {"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text}
             return json.dumps(request_payload(self.settings, model, fields)).encode()
 
-        return TraceReplay(self.trace, load.trace_speed, run_start, body), tokens_from
+        return TraceReplay(self.trace, load.trace_speed, body), tokens_from
 
     @property
     def chat(self) -> bool:

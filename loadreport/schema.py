@@ -127,11 +127,9 @@ class Step(_Model):
         None, description="usage.completion_tokens_details.reasoning_tokens, or the reasoning chunks counted"
     )
     cached_tokens_mean: float | None = Field(
-        None, description="usage.prompt_tokens_details.cached_tokens, mean over the requests that reported it"
+        None, description="usage.prompt_tokens_details.cached_tokens per request (null: the server reports none)"
     )
-    cached_prompt_share: float | None = Field(
-        None, description="cached prompt tokens / prompt tokens of the requests that reported cached_tokens"
-    )
+    cached_prompt_share: float | None = Field(None, description="cached prompt tokens / prompt tokens")
 
     @property
     def load(self) -> float | None:

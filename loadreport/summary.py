@@ -120,7 +120,9 @@ def _answers(ok: list[RequestRecord]) -> dict[str, Any]:
             ttfa.add_ms(record.ttfa_s * 1000)
             if record.ttft_s is not None and record.reasoning_tokens:
                 reasoning.add_ms((record.ttfa_s - record.ttft_s) * 1000)
-    cached = [r for r in ok if r.cached_tokens is not None]
+    # a server that reports cached tokens reports them on each request, or leaves out the details when
+    # none hit (the sim, vLLM without --enable-prompt-tokens-details on some of its paths): 0 for those
+    cached = ok if any(r.cached_tokens is not None for r in ok) else []
     prompt_of_cached = sum(r.prompt_tokens for r in cached)
     return {
         "ttfa_ms": ttfa.summary() if ttfa.count else None,
