@@ -164,6 +164,12 @@ STEP_COLUMNS = (
     ("req/s", lambda s: s["rps"]),
     ("TTFT p50/p90/p99 ms", lambda s: _pcts(s, "ttft_ms", ("p50", "p90", "p99"))),
     ("prefix-cache hit %", lambda s: _percent(s.get("prefix_cache_hit_rate"))),
+    ("cached prompt %", lambda s: _percent(s.get("cached_prompt_share"))),
+    (
+        "TTFA p50/p99 ms (first answer token)",
+        lambda s: _pcts(s, "ttfa_ms", ("p50", "p99")) if s.get("reasoning_ms") else None,
+    ),
+    ("reasoning tokens", lambda s: s.get("reasoning_tokens_mean")),
     ("TPOT p50/p90/p99 ms", lambda s: _pcts(s, "tpot_ms", ("p50", "p90", "p99"))),
     ("ITL p50/p99 ms", lambda s: _pcts(s, "itl_ms", ("p50", "p99"))),
     ("E2E p50/p99 ms", lambda s: _pcts(s, "e2e_ms", ("p50", "p99"))),
