@@ -79,6 +79,10 @@ def parse_generation(body: Any, settings: SimSettings, chat: bool) -> Generation
         asked = check_fields(body, chat, model_required=False)
         ignore_eos = flag(body.get("ignore_eos"), "ignore_eos")
     _check_served(asked.model, settings)
+    if chat and body.get("continue_final_message") and body.get("add_generation_prompt"):
+        raise RequestError(  # vLLM's own check; with continue_final_message the last message is continued
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message"
+        )
     prompts = [words.tokenize(_chat_text(body["messages"]))] if chat else _completion_prompts(body["prompt"])
     if not all(prompts):
         raise RequestError("The prompt is empty: send at least one word.", "messages" if chat else "prompt")

@@ -118,3 +118,14 @@ def test_n_choices_a_numeric_temperature_and_stream_options_only_when_streamed()
     assert (gen.stream, gen.include_usage, gen.continuous_usage) == (True, True, False)
     assert refused({"messages": MSG, "stop": 3}).message == "'stop' must be a string or a list of strings (got 3)."
     assert refused([MSG]).message == "The body must be a JSON object."
+
+
+def test_a_chat_answer_is_continued_as_vllm_continues_one() -> None:
+    """continue_final_message with add_generation_prompt false: the answer so far (the last message)
+    is part of the prompt, as the gateway's stream continuation sends it; both true is vLLM's 400."""
+    so_far = [*MSG, {"role": "assistant", "content": "four five"}]
+    body = {"messages": so_far, "continue_final_message": True, "add_generation_prompt": False, "max_tokens": 5}
+    assert len(parse(body).prompt_token_ids) == 5
+    err = refused({**body, "add_generation_prompt": True})
+    assert err.param == "continue_final_message" and "Cannot set both" in err.message
+    assert len(parse({"prompt": "one two three four five", "max_tokens": 5}, chat=False).prompt_token_ids) == 5
