@@ -1,6 +1,9 @@
 """The limits of gateway/limits/ kept in Redis ([gateway].redis_url), so that every gateway
 process and pod that uses it counts against the same buckets and the same concurrency slots
-(the Lua scripts: gateway/limits/redis_lua.py; the slots' leases: gateway/limits/leases.py).
+(the Lua scripts: gateway/limits/redis_lua.py; the slots' leases: gateway/limits/leases.py),
+over one pipelined connection (gateway/limits/resp.py): two scripts awaited per admission (HEAD at
+the headers, TOKENS after the body), and at the request's end the settlement and the release
+written together in the background.
 
 When Redis cannot be reached, [gateway].on_redis_down decides:
 - "local" (the default): this process counts the limits in its own memory, as if it were alone;
@@ -18,7 +21,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.auth import Principal
@@ -27,6 +29,7 @@ from gateway.limits.base import Slot
 from gateway.limits.leases import Leases
 from gateway.limits.memory import MemoryLimiter
 from gateway.limits.redis_lua import HEAD, RENEW, SETTLE, TOKENS
+from gateway.limits.resp import RedisConnection, Script
 from gateway.limits.rule import cap_of, check_fits, clamp, concurrency_limited, limited
 
 log = logging.getLogger("zerogap.gateway.limits")
@@ -56,16 +59,16 @@ class RedisLimiter:
         on_down: OnDown = "local",
         count_down: Callable[[str], None] | None = None,
     ) -> None:
-        self._redis: Any = aioredis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
-        self._head = self._redis.register_script(HEAD)
-        self._tokens = self._redis.register_script(TOKENS)
-        self._settle = self._redis.register_script(SETTLE)
-        self._renew_script = self._redis.register_script(RENEW)
+        self._redis = RedisConnection(url, timeout_s=1.0, connect_timeout_s=1.0)
+        self._head = Script(self._redis, HEAD)
+        self._tokens = Script(self._redis, TOKENS)
+        self._settle = Script(self._redis, SETTLE)
+        self._renew_script = Script(self._redis, RENEW)
         self.on_down = on_down
         self._count_down = count_down or (lambda mode: None)
         self._local = MemoryLimiter()
         self.leases = Leases(lease_s, self._renew)
-        self._pending: set[asyncio.Task[Any]] = set()
+        self._pending: set[asyncio.Future[Any]] = set()
         self._down_until_s = 0.0
         self._down = False
         self._warned_s = 0.0
@@ -146,20 +149,14 @@ class RedisLimiter:
         delta = clamp(estimate) - clamp(actual)
         if tpm is None or delta == 0:
             return
-        self._background(self._settle_now(who, tpm, estimate, actual, delta))
-
-    async def _settle_now(self, who: Principal, tpm: int, estimate: int, actual: int, delta: int) -> None:
-        try:
-            await self._settle(keys=[self._key(who.name, "tpm")], args=[tpm, delta])
-        except DOWN as exc:
-            self._failed(exc)
-            self._local.settle(who, estimate, actual)
+        sent = self._settle.background([self._key(who.name, "tpm")], [tpm, delta])
+        self._background(sent, lambda: self._local.settle(who, estimate, actual))
 
     def release(self, slot: Slot) -> None:
         if slot.local:
             self._local.release(slot)
         elif self.leases.drop(slot):  # not renewed from now on: if this fails too, it lapses
-            self._background(self._redis.zrem(self._key(slot.key, "slots"), slot.lease_id))
+            self._background(self._redis.send("ZREM", self._key(slot.key, "slots"), slot.lease_id, flush=False))
 
     def num_held_here(self, key: str) -> int:
         """This process's live slots of the key (in Redis or, Redis down, in memory)."""
@@ -169,20 +166,28 @@ class RedisLimiter:
         ids = list(live)
         await self._renew_script(keys=[self._key(live[i], "slots") for i in ids], args=[self.leases.lease_s, *ids])
 
-    def _background(self, work: Any) -> None:
-        task = asyncio.ensure_future(self._quietly(work))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+    def _background(self, sent: asyncio.Future[Any], if_down: Callable[[], None] | None = None) -> None:
+        """A write whose reply nobody waits for: kept until it comes, a failure noted (and `if_down` run)."""
+        self._pending.add(sent)
+        sent.add_done_callback(lambda done: self._sent(done, if_down))
 
-    async def _quietly(self, work: Any) -> None:
-        try:
-            await work
-        except DOWN as exc:
-            self._failed(exc)
+    def _sent(self, done: asyncio.Future[Any], if_down: Callable[[], None] | None) -> None:
+        self._pending.discard(done)
+        if done.cancelled():
+            return
+        exc = done.exception()
+        if exc is None:
+            return
+        if not isinstance(exc, DOWN):
+            log.warning("a background Redis write failed: %r", exc)
+            return
+        self._failed(exc)
+        if if_down is not None:
+            if_down()
 
     async def ping(self) -> bool:
         try:
-            await self._redis.ping()
+            await self._redis.send("PING")
         except DOWN as exc:
             self._failed(exc)
             return False
@@ -199,6 +204,6 @@ class RedisLimiter:
         if self.leases.live:  # requests cut at shutdown: their slots go now rather than in lease_s
             live, self.leases.live = self.leases.live, {}
             for lease_id, key in live.items():
-                self._background(self._redis.zrem(self._key(key, "slots"), lease_id))
+                self._background(self._redis.send("ZREM", self._key(key, "slots"), lease_id, flush=False))
         await self.idle()
-        await self._redis.aclose()
+        await self._redis.close()
