@@ -10,13 +10,16 @@ with several choices (choices.py) has a sink and a writer per choice, one Future
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from backends.sim.sequence import Sequence
 from backends.sim.sse import ResponseBuilder
 
-if TYPE_CHECKING:
-    from backends.sim.choices import Choices
+
+class Group(Protocol):
+    """The request's choices together (choices.Choices): told when one of them closes."""
+
+    def closed(self, finish_reason: str) -> None: ...
 
 
 class Transport(Protocol):
@@ -98,7 +101,7 @@ class TokenSink:
         self.first_token_s: float | None = None
         self.last_token_s = 0.0
         self.writer: SseWriter | None = None
-        self.group: Choices | None = None  # the request's other choices, when it has several
+        self.group: Group | None = None  # the request's other choices, when it has several
         self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     def push(self, token: int, finish_reason: str | None) -> bool:
