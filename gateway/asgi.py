@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from gateway.body_scan import BodyScan, ScannedBody
 from gateway.errors import ApiError
 
 Scope = MutableMapping[str, Any]
@@ -39,11 +40,14 @@ def check_declared_length(scope: Scope, max_bytes: int, error: TooLarge | None =
         raise (error or too_large)(max_bytes)
 
 
-async def read_body(receive: Receive, scope: Scope, max_bytes: int, error: TooLarge | None = None) -> bytes:
+async def read_body(receive: Receive, scope: Scope, max_bytes: int, error: TooLarge | None = None) -> ScannedBody:
     """The whole body, refused with `error(max_bytes)` (default: too_large) as soon as it is known
-    to exceed max_bytes: from its Content-Length, or while it arrives (never read past the limit)."""
+    to exceed max_bytes: from its Content-Length, or while it arrives (never read past the limit).
+    Each chunk is scanned as it comes (gateway/body_scan.py: what decoding it will cost), so that
+    no one step of the event loop pays for a whole large body."""
     check_declared_length(scope, max_bytes, error)
     chunks: list[bytes] = []
+    scan = BodyScan()
     size = 0
     while True:
         message = await receive()
@@ -53,9 +57,10 @@ async def read_body(receive: Receive, scope: Scope, max_bytes: int, error: TooLa
         size += len(chunk)
         if size > max_bytes:
             raise (error or too_large)(max_bytes)
+        scan.feed(chunk)
         chunks.append(chunk)
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            return ScannedBody(chunks[0] if len(chunks) == 1 else b"".join(chunks), scan)
 
 
 def too_large(max_bytes: int) -> ApiError:

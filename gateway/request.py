@@ -4,7 +4,7 @@ Every field the gateway reads is checked, and a bad one is a 400 naming it (`par
 engine reads too (model, stream, stream_options, messages or prompt, max_tokens,
 max_completion_tokens, n) are zerogap/openai_request.py's, shared with the simulated engine, so a
 mistake gets the same message from both; the gateway's own are here: best_of (at most 128),
-[gateway].max_tokens_limit, and any top-level integer must fit in 64 bits.
+[gateway].max_tokens_limit, and every integer, at any depth, must fit in 64 bits.
 gateway/strict_json.py refuses bodies that are not strict JSON (depth, NaN, overflow, surrogates).
 
 What goes upstream differs from what the client sent in four ways, and only then is the body
@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ApiError
-from gateway.strict_json import decode_object, field_name, invalid
+from gateway.strict_json import decode_object, int64_outside, invalid
 from zerogap.config.gateway import GatewaySection
 from zerogap.openai_request import MAX_CHOICES, InvalidRequest, check_fields, positive_int, shown
 from zerogap.openai_request import model_of as _model_of
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # any top-level integer (seed, top_k, ...) must fit an engine's int64
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 _STREAM_OPTIONS_OBJECT = b'{"include_usage":true,"continuous_usage_stats":true}'
 _STREAM_OPTIONS_BYTES = b'"stream_options":' + _STREAM_OPTIONS_OBJECT
@@ -122,11 +121,12 @@ def _check_choices(choices: int, prompts: int, most: int) -> None:
         )
 
 
-def _check_int_range(body: dict[str, Any]) -> None:
-    for key, value in body.items():
-        if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-            name = field_name(key)
-            raise invalid(f"'{name or 'a field'}' is out of range (an integer must fit in 64 bits).", name)
+def _check_int_range(body: dict[str, Any], raw: bytes) -> None:
+    """Every integer, at any depth, must fit an engine's int64 (after check_fields, whose own
+    bounds on max_tokens, n and token ids speak first); the 400 names its path."""
+    found, path = int64_outside(body, raw)
+    if found:
+        raise invalid(f"'{path or 'a field'}' is out of range (an integer must fit in 64 bits).", path)
 
 
 def model_of(body: dict[str, Any]) -> str:
@@ -149,7 +149,7 @@ def parse_call(raw: bytes, path: str, chat: bool, settings: GatewaySection) -> C
     choices = max(asked.n or 1, best_of or 1)
     prompt_estimates = [math.ceil(len(raw) / BYTES_PER_TOKEN)] if chat else _prompt_estimates(body["prompt"])
     _check_choices(choices, len(prompt_estimates), settings.max_choices)
-    _check_int_range(body)
+    _check_int_range(body, raw)
     stream = asked.stream
     wants_usage = asked.include_usage and stream
     wants_continuous = wants_usage and asked.continuous_usage_stats  # vLLM sends per-chunk usage only with usage

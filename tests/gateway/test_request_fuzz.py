@@ -3,6 +3,7 @@ upstream body keeps the gateway's promises, or an ApiError 400; never another ex
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -10,7 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import strict_json
+from gateway.body_scan import BodyScan, ScannedBody
 from gateway.errors import ApiError
+from gateway.json_errors import depth_within
 from gateway.request import parse_call
 from zerogap.config.gateway import GatewaySection
 
@@ -149,12 +152,67 @@ def depth(value: Any) -> int:
     return 0
 
 
+def containers_and_commas(value: Any) -> tuple[int, int]:
+    if not isinstance(value, (dict, list)):
+        return 0, 0
+    items = list(value.values()) if isinstance(value, dict) else value
+    counts = [containers_and_commas(item) for item in items]
+    return 1 + sum(c for c, _ in counts), max(len(items) - 1, 0) + sum(k for _, k in counts)
+
+
+def scanned(raw: bytes, cuts: list[int]) -> BodyScan:
+    """`raw` fed to a BodyScan in the pieces `cuts` makes (as chunks arrive)."""
+    scan = BodyScan()
+    bounds = [0, *sorted(c % (len(raw) + 1) for c in cuts), len(raw)]
+    for start, end in itertools.pairwise(bounds):
+        scan.feed(raw[start:end])
+    return scan
+
+
 @settings(max_examples=300, deadline=None, database=None)
-@given(value=nested_values, indent=st.sampled_from([None, 1]), ascii_only=st.booleans())
-def test_the_depth_read_from_the_bytes_is_the_depth_of_the_value(value: Any, indent: int | None, ascii_only: bool):
-    """Strings full of brackets, quotes and backslashes do not fool the bytes-only measure."""
+@given(
+    value=nested_values,
+    indent=st.sampled_from([None, 1]),
+    ascii_only=st.booleans(),
+    cuts=st.lists(st.integers(0, 10_000), max_size=6),
+)
+def test_the_structure_read_from_the_bytes_is_the_structure_of_the_value(
+    value: Any, indent: int | None, ascii_only: bool, cuts: list[int]
+):
+    """Strings full of brackets, quotes and backslashes, cut anywhere into chunks, do not fool the
+    bytes-only scan: its counts and depth are the value's."""
     raw = json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode()
+    scan = scanned(raw, cuts)
+    assert (scan.containers, scan.commas) == containers_and_commas(value)
+    assert not scan.in_string and not scan.escaped
     actual = depth(value)
     for max_depth in {max(actual - 1, 0), actual, actual + 1}:
-        assert strict_json._depth_of_json_within(raw, max_depth) == (actual <= max_depth), (raw, max_depth)
-        assert strict_json._depth_within(value, max_depth) == (actual <= max_depth)
+        assert strict_json._brackets_within(scan, max_depth) == (actual <= max_depth), (raw, max_depth)
+        assert depth_within(value, max_depth) == (actual <= max_depth)
+
+
+big_ints = st.integers(min_value=-(2**70), max_value=2**70)
+int_values = st.recursive(
+    st.none() | big_ints | tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b c", "d"]), inner, max_size=3),
+    max_leaves=20,
+)
+
+
+def outside_int64(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(outside_int64(v) for v in value.values())
+    if isinstance(value, list):
+        return any(outside_int64(v) for v in value)
+    return type(value) is int and not -(2**63) <= value < 2**63
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(value=int_values, cuts=st.lists(st.integers(0, 10_000), max_size=4))
+def test_an_integer_beyond_64_bits_is_found_at_any_depth(value: Any, cuts: list[int]):
+    body = {"x": value}
+    raw = json.dumps(body).encode()
+    found, path = strict_json.int64_outside(body, ScannedBody(raw, scanned(raw, cuts)))
+    assert found == outside_int64(value)
+    if found:
+        assert path is not None and path.startswith("x")
