@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
@@ -35,7 +36,7 @@ BLOCK = 512
 def make_trace(path: Path, rate: float, seconds: float, seed: int = 39) -> int:
     """Poisson arrivals; each prompt one of 16 shared blocks, then 16 to 512 tokens of its own."""
     rng = random.Random(seed)
-    at, rows = 0.0, []
+    at, rows = 0.0, list[dict[str, Any]]()
     while at < seconds:
         own = rng.randint(16, BLOCK)
         rows.append({"timestamp": round(at * 1000, 3), "input_length": BLOCK + own, "output_length": 32,
