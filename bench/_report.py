@@ -5,6 +5,7 @@ then summarized over the rounds."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from typing import Any
 
@@ -145,6 +146,9 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
             if (line := verdict(f, tenant, unified)) is not None:
                 summary[f"{tenant}.verdict"] = line.rsplit(" ", 1)[1]
                 print(f"  {line}")
+        if any(k.endswith(".verdict") for k in summary) and starved(load):
+            print(f"  NOTE: load average {load} on {os.cpu_count()} cores: the machine was starved, and the TTFT "
+                  "figures are its run queue's as much as the relays'; run it again on a quieter machine")  # fmt: skip
     print(f"  load average at the end: {load}")
     print(json.dumps({"mode": mode, **summary}))
     return summary
@@ -185,3 +189,11 @@ def verdict(f: dict[str, list[float]], tenant: str, unified: str) -> str | None:
         f"verdict {tenant} vs the unified key: TTFT p50 {ttft:+.2f} ms (goal <= {GOAL_TTFT_MS} ms), CPU per token "
         f"{ratio:.3f}x (goal <= {GOAL_CPU_RATIO}x){errors}: {'PASS' if ok else 'FAIL'}"
     )
+
+
+def starved(load: str) -> bool:
+    """Whether the last minute's load average (the first of `load`) was above the machine's cores."""
+    try:
+        return float(load.split()[0]) > (os.cpu_count() or 1)
+    except (ValueError, IndexError):
+        return False

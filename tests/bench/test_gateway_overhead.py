@@ -140,3 +140,10 @@ def test_the_load_generator_sends_each_tenant_target_its_own_key(
     assert cmd[cmd.index("--key") + 1] == UNIFIED  # every other target: the unified key
     assert cmd[cmd.index("--key-for") + 1] == "tenant=zg-secret"
     assert bench_loadgen.parse_pairs(["tenant=zg=x"]) == {"tenant": "zg=x"}  # a key may hold '='
+
+
+def test_a_starved_machine_is_named_beside_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    report(rounds(51.1, 0.25), "fixed", f"{4 * (os.cpu_count() or 1)}.0 1.0 1.0")
+    assert "NOTE: load average" in capsys.readouterr().out
+    report(rounds(51.1, 0.25), "fixed", "0.0 0.0 0.0")
+    assert "NOTE: load average" not in capsys.readouterr().out
