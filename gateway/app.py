@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -17,12 +18,12 @@ from gateway.admin import admin_routes
 from gateway.asgi import ASGIApp, client_host, header
 from gateway.errors import ApiError, error_body
 from gateway.gateway import Gateway
+from gateway.log_throttle import LogThrottle
 from gateway.middleware import ErrorShield, FastPath
 from gateway.pool_info import PATH as METRICS_BACKENDS
 from gateway.pool_info import metrics_backends
 from gateway.proxy import Completions
-from gateway.tokenize_route import PATHS as TOKENIZE_PATHS
-from gateway.tokenize_route import tokenize
+from gateway.tokenize_route import tokenize_routes
 from gateway.upstream import UpstreamClient
 from zerogap.config import Config
 
@@ -120,20 +121,18 @@ def api_prefix(base_url: str) -> str:
 
 
 def fast_routes(prefix: str) -> dict[str, ASGIApp]:
-    """The completion endpoints, also under the path of [server].base_url."""
+    """The completion endpoints and /tokenize, /detokenize, also under the path of [server].base_url."""
     chat, text = Completions(chat=True), Completions(chat=False)
     paths: dict[str, ASGIApp] = {"/v1/chat/completions": chat, "/v1/completions": text}
     if prefix:
         paths.update({prefix + path: endpoint for path, endpoint in list(paths.items())})
-    return paths
+    return {**paths, **tokenize_routes(prefix)}
 
 
 def routes(prefix: str) -> list[BaseRoute]:
     api: list[BaseRoute] = [Route("/v1/models", models, methods=["GET"])]
-    api += [Route(path, tokenize, methods=["POST"]) for path in TOKENIZE_PATHS]
     if prefix:
         api.append(Route(prefix + "/v1/models", models, methods=["GET"]))
-        api += [Route(prefix + path, tokenize, methods=["POST"]) for path in TOKENIZE_PATHS]
     return [
         *api,
         Route("/health", health, methods=["GET"]),
@@ -151,14 +150,22 @@ def create_app(config: Config, client: UpstreamClient | None = None) -> ErrorShi
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         gw = Gateway(config, client)
         app.state.gateway = gw
-        await gw.start()
-        if not config.server.metrics_key:
-            log.warning("[server].metrics_key is not set: GET /metrics lists every tenant's key name and token "
-                        "counts to anyone who can reach port %d", config.server.port)  # fmt: skip
+        throttle = LogThrottle()
+        throttle.install()
+        flushing = asyncio.create_task(throttle.flush_forever())
         try:
+            await gw.start()
+            if not config.server.metrics_key:
+                log.info('[server].metrics_key is not set: GET /metrics is open and has no key names (key="all"), '
+                         "GET /metrics/backends gives backend addresses only to this host's loopback")  # fmt: skip
             yield
         finally:
-            await gw.stop()
+            try:
+                await gw.stop()
+            finally:
+                flushing.cancel()
+                throttle.flush()
+                throttle.uninstall()
 
     prefix = api_prefix(config.server.base_url)
     admin = admin_routes() if config.server.admin_key else []  # absent: /admin/... answers 404

@@ -34,16 +34,12 @@ class ApiError(Exception):
 
 
 def unknown_model(model: str) -> ApiError:
+    """The one answer for a model no pool serves and for a model the key may not use (the same
+    status, code and message), so that a key cannot learn which other models the pool has."""
     return ApiError(
-        404, f"The model {model!r} does not exist here. GET /v1/models lists the models.", param="model",
-        code="model_not_found",
+        404, f"The model {model!r} does not exist or this key may not use it. GET /v1/models lists the models "
+        "this key may use.", param="model", code="model_not_found",
     )  # fmt: skip
-
-
-def model_not_allowed(model: str) -> ApiError:
-    return ApiError(
-        403, f"This key may not use the model {model!r}.", "permission_error", param="model", code="model_not_allowed"
-    )
 
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None) -> dict[str, Any]:

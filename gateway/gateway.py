@@ -55,7 +55,7 @@ class Gateway:
         self.store = open_store(config)
         self.router = Router(config.pool(), g.routing, g.cache_aware, g.panic_routing)
         self.client: UpstreamClient = client or HttpUpstream(g.connect_timeout_s, g.max_connections_per_backend)
-        self.metrics = GatewayMetrics(multiprocess_dir())
+        self.metrics = GatewayMetrics(multiprocess_dir(), per_key=bool(config.server.metrics_key))
         self.metrics.start_at_zero(self.router)
         self.auth = Authenticator(config.server.api_key, self.store, g, self.metrics)
         self.limiter = make_limiter(config, self.metrics)

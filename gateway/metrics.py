@@ -3,6 +3,10 @@
 Labels: model, backend, key (the key's name, never its secret), status (HTTP code;
 499 = the client went away). Gauges of backends are set when /metrics is read.
 
+The key label names tenants, so it carries their names only where [server].metrics_key guards
+/metrics (per_key): without it every series has key="all" (ALL_KEYS), the same names and other
+labels, so dashboards still read them, summed over the keys.
+
 With several workers (`--workers N`) PROMETHEUS_MULTIPROC_DIR names a folder where each worker
 writes its values; /metrics then sums counters and histograms over the workers (the backend
 gauges: in-flight summed, up and reported load the maximum over live workers), and each worker
@@ -44,6 +48,28 @@ class Labeled(Generic[M]):
         return child
 
 
+class KeyLabeled(Labeled[M]):
+    """A Labeled metric with a key label (at key_index) that is ALL_KEYS unless per_key."""
+
+    __slots__ = ("_key_index", "_per_key")
+
+    def __init__(self, metric: M, key_index: int, per_key: bool) -> None:
+        super().__init__(metric)
+        self._key_index, self._per_key = key_index, per_key
+
+    def labels(self, *values: str) -> M:
+        child = self._children.get(values)
+        if child is None:
+            shown = values
+            if not self._per_key:
+                i = self._key_index
+                shown = (*values[:i], ALL_KEYS, *values[i + 1 :])
+            child = self._children[values] = self.metric.labels(*shown)
+        return child
+
+
+ALL_KEYS = "all"  # the key label without [server].metrics_key
+
 TTFT_BUCKETS_S = (
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0,
 )  # fmt: skip
@@ -56,13 +82,17 @@ DURATION_BUCKETS_S = (
 
 
 class GatewayMetrics:
-    def __init__(self, multiprocess_dir: str | None = None) -> None:
-        """multiprocess_dir: the folder of --workers (PROMETHEUS_MULTIPROC_DIR), or None for one process."""
+    def __init__(self, multiprocess_dir: str | None = None, per_key: bool = False) -> None:
+        """multiprocess_dir: the folder of --workers (PROMETHEUS_MULTIPROC_DIR), or None for one process;
+        per_key: the key label names each key (/metrics is guarded), else it is ALL_KEYS."""
         self.multiprocess_dir = multiprocess_dir
+        self.per_key = per_key
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Labeled(
-            Counter("zerogap_requests", "Requests answered", ["model", "backend", "key", "status"], registry=r)
+        self.requests = KeyLabeled(
+            Counter("zerogap_requests", "Requests answered", ["model", "backend", "key", "status"], registry=r),
+            2,
+            per_key,
         )
         self.duration = Labeled(
             Histogram(
@@ -91,7 +121,9 @@ class GatewayMetrics:
                 registry=r,
             )
         )
-        self.tokens = Labeled(Counter("zerogap_tokens", "Tokens from usage", ["model", "key", "kind"], registry=r))
+        self.tokens = KeyLabeled(
+            Counter("zerogap_tokens", "Tokens from usage", ["model", "key", "kind"], registry=r), 1, per_key
+        )
         self.backend_up = Gauge(
             "zerogap_backend_up",
             "1 if the backend passes health checks",
@@ -116,11 +148,31 @@ class GatewayMetrics:
         self.retries = Labeled(
             Counter("zerogap_retries", "Requests retried on another backend", ["model", "backend"], registry=r)
         )
+        self.continuations = Labeled(
+            Counter(
+                "zerogap_continuations",
+                "Streams broken after their first token, by why (broken, idle, ejected) and what came of it"
+                " (continued on another backend, failed: none could, not_continued: n > 1, tool calls, off...)",
+                ["model", "reason", "outcome"],
+                registry=r,
+            )
+        )
+        self.continuation_prompt_tokens = Labeled(
+            Counter(
+                "zerogap_continuation_prompt_tokens",
+                "Prompt tokens the continuations sent (the original prompt and the text so far, prefilled"
+                " again): the gateway's cost, not the tenant's",
+                ["model"],
+                registry=r,
+            )
+        )
         self.upstream_errors = Labeled(
             Counter("zerogap_upstream_errors", "Failed upstream attempts", ["model", "backend", "status"], registry=r)
         )
-        self.ratelimited = Labeled(
-            Counter("zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r)
+        self.ratelimited = KeyLabeled(
+            Counter("zerogap_ratelimited", "Requests refused by a limit", ["model", "key", "limit"], registry=r),
+            1,
+            per_key,
         )
         self.limits_down = Labeled(
             Counter(

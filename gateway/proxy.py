@@ -3,70 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from gateway.asgi import (
-    ClientGone,
-    Receive,
-    Scope,
-    Send,
-    check_declared_length,
-    client_host,
-    header,
-    read_body,
-    send_error,
-)
+from gateway.admission import Admission, admit_head, admit_model, limit, refuse
+from gateway.asgi import ClientGone, Receive, Scope, Send, header, read_body
 from gateway.client_side import ClientSide
-from gateway.errors import ApiError, model_not_allowed, unknown_model
+from gateway.errors import ApiError
 from gateway.exchange import Exchange
-from gateway.limits import Slot, estimate_tokens, limited_at_head
+from gateway.limits import estimate_tokens
 from gateway.pipe import Pipe
 from gateway.request import parse_call
 
 if TYPE_CHECKING:
-    from gateway.auth import Principal
     from gateway.gateway import Gateway
     from gateway.pool import ModelPool
     from gateway.relay import Items
-
-log = logging.getLogger("zerogap.gateway.proxy")
-T = TypeVar("T")
-
-
-def method_not_allowed(allowed: str) -> ApiError:
-    return ApiError(
-        405, f"Method not allowed here; use {allowed}.", code="method_not_allowed", headers={"Allow": allowed}
-    )
-
-
-def check_content_type(scope: Scope) -> None:
-    value = header(scope, b"content-type")
-    if value is None or value.split(b";")[0].strip().lower() != b"application/json":
-        shown = value.decode(errors="replace") if value else "none"
-        raise ApiError(415, f"Content-Type must be application/json (got {shown}).", code="unsupported_media_type")
-
-
-def _unbounded_body(scope: Scope, max_bytes: int) -> bool:
-    """The request's body, unread, has no length (chunked) or one above max_bytes: after a refusal
-    the server would drain it to the end to keep the connection; better to close it."""
-    declared = header(scope, b"content-length")
-    if declared is None:
-        return header(scope, b"transfer-encoding") is not None
-    return not declared.isdigit() or int(declared) > max_bytes
-
-
-class Admission:
-    """What one request's admission holds: released in Completions.__call__'s finally, whatever
-    way the request ends."""
-
-    __slots__ = ("body_read", "slot")
-
-    def __init__(self) -> None:
-        self.slot: Slot | None = None
-        self.body_read = False
 
 
 class Completions:
@@ -79,68 +31,38 @@ class Completions:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrived_s = time.monotonic()  # TTFT and duration count from here, admission included
         gw: Gateway = scope["app"].state.gateway
-        labels = {"model": "none", "key": "none"}  # what is known when a request is refused
         admission = Admission()
         try:
             try:
-                exchange, pool = await self._admit(gw, scope, receive, labels, admission)
+                exchange, pool = await self._admit(gw, scope, receive, admission)
             except ApiError as exc:
-                gw.metrics.requests.labels(labels["model"], "none", labels["key"], str(exc.status)).inc()
-                log.debug(
-                    "refused %s model=%s key=%s: %s %s", self.path, labels["model"], labels["key"], exc.status, exc
-                )
-                if not admission.body_read and _unbounded_body(scope, gw.config.gateway.max_body_bytes):
-                    exc.headers = {**exc.headers, "Connection": "close"}
-                await send_error(send, exc)
+                await refuse(gw, scope, send, exc, admission)
                 return
             except ClientGone:
                 return
             exchange.t0_s = arrived_s
+            exchange.continue_ok = header(scope, b"x-zerogap-continue") not in NO_CONTINUE
             await serve(gw, exchange, pool, receive, send)
         finally:
-            if admission.slot is not None:  # the request has really ended: its slot is free
-                gw.limiter.release(admission.slot)
+            admission.release(gw)
 
     async def _admit(
-        self, gw: Gateway, scope: Scope, receive: Receive, labels: dict[str, str], admission: Admission
+        self, gw: Gateway, scope: Scope, receive: Receive, admission: Admission
     ) -> tuple[Exchange, ModelPool]:
-        """The key, its expiry, rpm and concurrency from the headers, before the body is read
-        (a refused request is answered without reading it); then the body, the model, and tpm."""
-        if scope["method"] != "POST":
-            raise method_not_allowed("POST")
-        who = await gw.auth.authenticate(header(scope, b"authorization"), client_host(scope))
-        labels["key"] = who.name
-        check_content_type(scope)
-        max_body_bytes = gw.config.gateway.max_body_bytes
-        check_declared_length(scope, max_body_bytes)  # 413 before the limits: a refusal takes nothing
-        if limited_at_head(who):
-            admission.slot = await self._limit(gw, who, "none", gw.limiter.admit(who))
-        raw = await read_body(receive, scope, max_body_bytes)
+        """The shared admission (gateway/admission.py): the key, its expiry, rpm and concurrency
+        from the headers; then the body, the model; then tpm, which needs the parsed body."""
+        who = await admit_head(gw, scope, admission)
+        raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
         admission.body_read = True
         call = parse_call(raw, self.path, self.chat, gw.config.gateway)
-        pool = gw.router.pools.get(call.model)
-        labels["model"] = call.model if pool is not None else "unknown"  # never a client's arbitrary string
-        if pool is None:
-            raise unknown_model(call.model)
-        if not who.may_use(call.model):
-            raise model_not_allowed(call.model)
+        pool = admit_model(gw, who, call.model, admission)
         estimate = estimate_tokens(len(raw), call.budget_tokens)
         if who.tpm is not None:
-            await self._limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
+            await limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
         return Exchange(who, call, estimate), pool
 
-    @staticmethod
-    async def _limit(gw: Gateway, who: Principal, model: str, check: Awaitable[T]) -> T:
-        """The limiter's answer; a refusal is counted in zerogap_ratelimited_total{limit}."""
-        try:
-            return await check
-        except ApiError as exc:
-            if exc.status == 429:
-                gw.metrics.ratelimited.labels(model, who.name, LIMIT_OF_CODE.get(exc.code or "", "other")).inc()
-            raise
 
-
-LIMIT_OF_CODE = {"rate_limit_requests": "rpm", "rate_limit_tokens": "tpm", "concurrency_limit": "concurrency"}
+NO_CONTINUE = (b"off", b"false", b"0", b"no")  # X-Zerogap-Continue: a client that would rather see the break
 
 
 async def serve(gw: Gateway, exchange: Exchange, pool: ModelPool, receive: Receive, send: Send) -> None:

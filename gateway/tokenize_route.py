@@ -2,25 +2,28 @@
 holds a key counts tokens with the tokenizer of the model it will ask for, without knowing
 the engines' addresses (the load-test harness calibrates its prompts this way).
 
-The request is checked as a completion's is: the key, the Content-Type, the body's size, its
-JSON and `model` (gateway/request.py's model_of), the model's allow-list, the key's rpm and
-max_concurrency (a tenant cannot flood the engines through it). Then it goes to a healthy
-backend of that model, under the backend's own name for it and with the backend's api_key
-(never the client's). The engine's answer is returned as it is."""
+The request goes through the completions' admission (gateway/admission.py): the key, the
+Content-Type, the body's size, the key's rpm and max_concurrency (its slot held until the answer
+is sent: a tenant cannot flood the engines through it), then the body's JSON and `model`
+(gateway/request.py's model_of) and the model's allow-list (one 404 for a model that is not
+there and one the key may not use). Then it goes to a healthy backend of that model, under the
+backend's own name for it and with the backend's api_key (never the client's). The engine's
+answer is returned as it is.
+
+It is counted as a completion is: zerogap_requests_total and zerogap_request_duration_seconds
+(model, backend, key, status), and one request with 0 tokens in the key's usage (/admin/usage)
+once a backend answered."""
 
 from __future__ import annotations
 
 import json
+import time
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-
-from gateway.asgi import client_host, header, read_body
-from gateway.errors import ApiError, model_not_allowed, unknown_model
+from gateway.admission import Admission, admit_head, admit_model, refuse
+from gateway.asgi import ClientGone, Receive, Scope, Send, read_body, send_bytes
+from gateway.errors import ApiError
 from gateway.gateway import Gateway
-from gateway.limits import limited_at_head
-from gateway.pool import Backend
-from gateway.proxy import check_content_type
+from gateway.pool import Backend, ModelPool
 from gateway.request import model_of
 from gateway.strict_json import decode_object
 from gateway.upstream import UpstreamError
@@ -28,10 +31,7 @@ from gateway.upstream import UpstreamError
 PATHS = ("/tokenize", "/detokenize")
 
 
-def _backend(gw: Gateway, model: str) -> Backend:
-    pool = gw.router.pools.get(model)
-    if pool is None:
-        raise unknown_model(model)
+def _backend(pool: ModelPool, model: str) -> Backend:
     backend = pool.choose()
     if backend is None:
         raise ApiError(503, f"No healthy backend serves model {model!r} right now.", "server_error",
@@ -39,7 +39,8 @@ def _backend(gw: Gateway, model: str) -> Backend:
     return backend
 
 
-async def _forward(gw: Gateway, backend: Backend, path: str, body: dict[str, object]) -> Response:
+async def _forward(gw: Gateway, backend: Backend, path: str, body: dict[str, object]) -> tuple[int, bytes, bytes]:
+    """The backend's answer: (status, body, content type)."""
     if backend.upstream_model:
         body = {**body, "model": backend.upstream_model}
     headers = {"Content-Type": "application/json"}
@@ -59,26 +60,58 @@ async def _forward(gw: Gateway, backend: Backend, path: str, body: dict[str, obj
     if resp.status == 404:
         raise ApiError(501, f"This model's engine does not serve {path}.", "invalid_request_error",
                        code="not_supported")  # fmt: skip
-    return Response(data, resp.status, media_type=resp.content_type or "application/json")
+    return resp.status, data, (resp.content_type or "application/json").encode()
 
 
-async def tokenize(request: Request) -> Response:
-    gw: Gateway = request.app.state.gateway
-    scope, client = request.scope, client_host(request.scope)
-    path = "/tokenize" if request.url.path.endswith("/tokenize") else "/detokenize"
-    slot = None
-    try:
-        who = await gw.auth.authenticate(header(scope, b"authorization"), client)
-        check_content_type(scope)
-        if limited_at_head(who):
-            slot = await gw.limiter.admit(who)
-        body = decode_object(await read_body(request.receive, scope, gw.config.gateway.max_body_bytes))
+class Tokenize:
+    """POST `path` (one of PATHS, possibly under [server].base_url's path), sent on as `upstream_path`."""
+
+    def __init__(self, upstream_path: str) -> None:
+        self.upstream_path = upstream_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        arrived_s = time.monotonic()
+        gw: Gateway = scope["app"].state.gateway
+        admission = Admission()
+        try:
+            try:
+                status, data, content_type = await self._answer(gw, scope, receive, admission)
+            except ApiError as exc:
+                if admission.backend != "none":  # a backend was asked: its time is counted too
+                    self._observe(gw, admission, exc.status, arrived_s)
+                await refuse(gw, scope, send, exc, admission)
+                return
+            except ClientGone:
+                return
+            gw.metrics.requests.labels(admission.model, admission.backend, admission.key, str(status)).inc()
+            self._observe(gw, admission, status, arrived_s)
+            await send_bytes(send, status, data, content_type=content_type)
+        finally:
+            admission.release(gw)
+
+    async def _answer(
+        self, gw: Gateway, scope: Scope, receive: Receive, admission: Admission
+    ) -> tuple[int, bytes, bytes]:
+        who = await admit_head(gw, scope, admission)
+        raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
+        admission.body_read = True
+        body = decode_object(raw)
         model = model_of(body)
-        if not who.may_use(model):
-            raise model_not_allowed(model)
-        return await _forward(gw, _backend(gw, model), path, body)
-    except ApiError as exc:
-        return JSONResponse(exc.body(), exc.status, headers=exc.headers)
-    finally:
-        if slot is not None:
-            gw.limiter.release(slot)
+        backend = _backend(admit_model(gw, who, model, admission), model)
+        admission.backend = backend.name
+        answer = await _forward(gw, backend, self.upstream_path, body)
+        gw.usage.record(who.name, model, 0, 0)  # a request, no tokens
+        return answer
+
+    @staticmethod
+    def _observe(gw: Gateway, admission: Admission, status: int, arrived_s: float) -> None:
+        duration = gw.metrics.duration.labels(admission.model, admission.backend, str(status))
+        duration.observe(time.monotonic() - arrived_s)
+
+
+def tokenize_routes(prefix: str) -> dict[str, Tokenize]:
+    """The endpoints by exact path, also under the path of [server].base_url."""
+    paths = {path: Tokenize(path) for path in PATHS}
+    if prefix:
+        paths.update({prefix + path: endpoint for path, endpoint in list(paths.items())})
+    return paths

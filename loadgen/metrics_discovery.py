@@ -79,6 +79,11 @@ def fetch_with_key(url: str, key: str, timeout_s: float) -> bytes:
 
 def _listed(body: bytes) -> list[str]:
     data = json.loads(body)["data"]
+    if any(entry["metrics_url"] is None for entry in data):  # a gateway without a metrics_key, asked from elsewhere
+        raise ValueError(
+            "it lists its backends without their addresses: it shows them only to its [server].metrics_key or to "
+            "a client on its own host. Set metrics_key there and export it here as ZEROGAP_METRICS_KEY"
+        )
     urls = [str(entry["metrics_url"]) for entry in data]
     if not all(url.startswith(("http://", "https://")) for url in urls):
         raise ValueError("a metrics_url is not an http(s) URL")

@@ -23,6 +23,7 @@ from zerogap.net import free_port
 from zerogap.promtext import sum_samples
 
 UNIFIED = "unified-secret-123"
+METRICS_KEY = "metrics-secret-helpers-456"  # make_config(per_key=True): /metrics names each key
 
 
 def make_config(
@@ -33,13 +34,16 @@ def make_config(
     port: int = 0,
     extra: str = "",
     admin_key: str = "",
+    per_key: bool = False,
 ) -> Config:
-    """backends: (name, url, model) triples; gateway: [gateway] keys."""
+    """backends: (name, url, model) triples; gateway: [gateway] keys. per_key: [server].metrics_key
+    is METRICS_KEY, so /metrics (read with auth(METRICS_KEY)) labels each series with its key's name."""
     port = port or free_port()
     settings = {"key_store": "keys.db", "health_interval_s": 0.2, "load_scrape_interval_s": 0.1, **(gateway or {})}
     lines = [
         "[server]",
         f'port = {port}\napi_key = "{api_key}"\nbase_url = "http://127.0.0.1:{port}/api"\nadmin_key = "{admin_key}"',
+        f'metrics_key = "{METRICS_KEY if per_key else ""}"',
         "[gateway]",
         *(f"{k} = {json.dumps(v)}" for k, v in settings.items()),
     ]

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
-from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
+from tests.gateway.helpers import METRICS_KEY, GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
 from tests.gateway.processes import GatewayProcess, write_config
 from zerogap.net import free_port
 
@@ -63,11 +63,12 @@ def gateway(kind: str, tmp_path: Path, upstream_url: str) -> Iterator[str]:
     """The gateway's URL: in this process (plain httptools), or `zerogap gateway` as it is run
     (with its HTTP limits protocol)."""
     if kind == "thread":
-        with GatewayServer(make_config(tmp_path, [("b0", upstream_url, "m")])) as gs:
+        with GatewayServer(make_config(tmp_path, [("b0", upstream_url, "m")], per_key=True)) as gs:
             yield gs.url
         return
     port = free_port()
-    with GatewayProcess(write_config(tmp_path / "config.toml", port, upstream_url, {}), port) as proc:
+    server = f'metrics_key = "{METRICS_KEY}"'  # per-key series
+    with GatewayProcess(write_config(tmp_path / "config.toml", port, upstream_url, {}, server), port) as proc:
         yield proc.url
 
 
@@ -83,7 +84,7 @@ async def test_a_refused_key_is_answered_before_its_body_is_sent(tmp_path: Path,
         assert status == 429 and headers["connection"] == "close"
         status, headers = await asyncio.to_thread(_refused_chunked, port, "zg-not-a-key-at-all-123")
         assert status == 401 and headers["connection"] == "close"
-        _, text = await get(url + "/metrics")
+        _, text = await get(url + "/metrics", auth(METRICS_KEY))
     assert metric(text, "zerogap_ratelimited_total", key="busy", limit="rpm", model="none") == 2
 
 

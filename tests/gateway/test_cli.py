@@ -16,12 +16,16 @@ from tests.support import zerogap_cmd
 from zerogap.net import free_port, wait_for_port
 
 UNIFIED = "unified-cli-secret-42"
+METRICS = "metrics-cli-secret-43"
 
 
-def write_config(tmp_path: Path, port: int, upstream_url: str, api_key: str = "${TAOTOKEN_API_KEY}") -> Path:
+def write_config(
+    tmp_path: Path, port: int, upstream_url: str, api_key: str = "${TAOTOKEN_API_KEY}", metrics_key: str = ""
+) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(
         f'[server]\nport = {port}\napi_key = "{api_key}"\nbase_url = "http://127.0.0.1:{port}/api"\n'
+        f'metrics_key = "{metrics_key}"\n'
         '[gateway]\nkey_store = "state/keys.db"\n'
         f'[[backends]]\nname = "b0"\nurl = "{upstream_url}"\nmodel = "m"\napi_key = "backend-secret-77"\n'
     )
@@ -73,7 +77,7 @@ def test_missing_config_file(tmp_path, clean_env) -> None:
 def test_gateway_serves_and_keeps_secrets_out_of_logs_metrics_and_upstream(tmp_path, clean_env) -> None:
     port = free_port()
     with UpstreamServer(model="m") as up:
-        path = write_config(tmp_path, port, up.url)
+        path = write_config(tmp_path, port, up.url, metrics_key=METRICS)  # per-key series
         keys = subprocess.run(
             zerogap_cmd("keys", "--config", str(path), "create", "--name", "dave", "--rpm", "100"),
             capture_output=True, env=clean_env, timeout=30, check=True,
@@ -90,7 +94,7 @@ def test_gateway_serves_and_keeps_secrets_out_of_logs_metrics_and_upstream(tmp_p
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
             for key in (UNIFIED, virtual, "wrong-key-" + UNIFIED):
                 request(base + "/api/v1/chat/completions", key, body)
-            status, metrics = request(base + "/metrics", UNIFIED)
+            status, metrics = request(base + "/metrics", METRICS)
             assert status == 200
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -100,7 +104,7 @@ def test_gateway_serves_and_keeps_secrets_out_of_logs_metrics_and_upstream(tmp_p
     logs = (out + err).decode()
     assert "DEBUG" in logs and "dave" not in metrics.decode().replace('key="dave"', "")
     upstream_seen = json.dumps([(r.headers, r.body) for r in up.requests])
-    for secret in (UNIFIED, virtual, virtual[3:]):
+    for secret in (UNIFIED, METRICS, virtual, virtual[3:]):
         assert secret not in logs
         assert secret not in metrics.decode()
         assert secret not in upstream_seen

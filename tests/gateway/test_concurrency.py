@@ -20,14 +20,24 @@ from tests.gateway.concurrent_streams import (
     status_of,
     streams,
 )
-from tests.gateway.helpers import GatewayServer, auth, chat_body, get, make_config, metric, post, wait_until
+from tests.gateway.helpers import (
+    METRICS_KEY,
+    GatewayServer,
+    auth,
+    chat_body,
+    get,
+    make_config,
+    metric,
+    post,
+    wait_until,
+)
 from tests.gateway.processes import GatewayProcess, write_config
 from zerogap.net import free_port
 
 
 async def test_twelve_streams_on_a_key_of_four(tmp_path: Path) -> None:
     with UpstreamServer(Behavior(interval_s=SLOW, num_output_tokens=NUM_TOKENS), model="m") as up:
-        config = make_config(tmp_path, [("b0", up.url, "m")])
+        config = make_config(tmp_path, [("b0", up.url, "m")], per_key=True)
         key = new_key(tmp_path, "four", 4)
         with GatewayServer(config) as gs:
             check_split(await streams([gs.url] * 12, key, up), 4)
@@ -37,7 +47,7 @@ async def test_twelve_streams_on_a_key_of_four(tmp_path: Path) -> None:
             up.behavior.interval_s = SLOW
             check_split(await streams([gs.url] * 5, key, up), 4)  # the 4 slots came back, and no more
             assert await wait_until(lambda: limiter.num_held("four") == 0, 10)  # each request fully accounted
-            _, text = await get(gs.url + "/metrics")
+            _, text = await get(gs.url + "/metrics", auth(METRICS_KEY))
     assert metric(text, "zerogap_ratelimited_total", key="four", limit="concurrency") == 9
     assert metric(text, "zerogap_requests_total", key="four", status="429") == 9
     assert metric(text, "zerogap_requests_total", key="four", status="200") == 8

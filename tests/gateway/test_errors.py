@@ -13,7 +13,7 @@ import pytest
 
 from gateway.lingering import LINGER_BYTES, LINGER_S
 from tests.fixtures.upstream import UpstreamServer
-from tests.gateway.helpers import UNIFIED, GatewayServer, auth, error_of, make_config, metric
+from tests.gateway.helpers import METRICS_KEY, UNIFIED, GatewayServer, auth, error_of, make_config, metric
 from tests.gateway.malformed import corpus
 from tests.gateway.processes import UNIFIED as PROC_KEY
 from tests.gateway.processes import GatewayProcess, write_config
@@ -23,7 +23,7 @@ from zerogap.net import free_port
 @pytest.fixture
 def gateway(tmp_path):
     with UpstreamServer(model="m") as up:
-        config = make_config(tmp_path, [("b0", up.url, "m")], {"max_body_bytes": 2048})
+        config = make_config(tmp_path, [("b0", up.url, "m")], {"max_body_bytes": 2048}, per_key=True)
         with GatewayServer(config) as gs:
             yield gs, up
 
@@ -98,7 +98,7 @@ async def test_refused_requests_are_counted_without_client_strings_as_labels(gat
             assert resp.status == 404
         async with s.post(gs.url + CHAT, json=body, headers={"Authorization": "Bearer nope"}) as resp:
             assert resp.status == 401
-        async with s.get(gs.url + "/metrics") as resp:
+        async with s.get(gs.url + "/metrics", headers=auth(METRICS_KEY)) as resp:
             text = await resp.read()
     assert b"made-up-model-name" not in text and b"nope" not in text
     assert metric(text, "zerogap_requests_total", model="unknown", key="unified", status="404") == 1

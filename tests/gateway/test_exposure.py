@@ -1,6 +1,6 @@
 """[server].metrics_key: GET /metrics and the backend detail of GET /ready only for that key (not
 the unified or admin key); /health and /ready's status stay open for load balancers. Unset: both
-open as before, and the gateway says so in its log."""
+open, /metrics names no key (key="all"), and the gateway says so in its log."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.upstream import UpstreamServer
-from tests.gateway.helpers import UNIFIED, GatewayServer, auth, error_of, get, make_config, metric
+from tests.gateway.helpers import UNIFIED, GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
 
 ADMIN = "admin-exposure-key-42"
 METRICS = "metrics-exposure-key-77"
@@ -71,16 +71,19 @@ async def test_ready_shows_the_detail_only_to_the_metrics_key(tmp_path) -> None:
             assert status == 503 and json.loads(raw)["backends"]["b0"]["up"] is False
 
 
-async def test_without_metrics_key_both_are_open_and_the_log_says_so(tmp_path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="zerogap.gateway")
+async def test_without_metrics_key_both_are_open_the_metrics_name_no_key_and_the_log_says_so(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="zerogap.gateway")
     with UpstreamServer(model="m") as up:
         with GatewayServer(base_config(tmp_path, up.url)) as gs:
+            assert (await post(gs.url + "/v1/chat/completions", chat_body(stream=False), auth()))[0] == 200
             status, text = await get(gs.url + "/metrics")
             assert status == 200 and b"zerogap_requests_total" in text
             status, raw = await get(gs.url + "/ready")
             assert status == 200 and "b0" in json.loads(raw)["backends"]
+    assert metric(text, "zerogap_requests_total", key="all", status="200") == 1
+    assert b'key="unified"' not in text
     said = [r.getMessage() for r in caplog.records if "metrics_key is not set" in r.getMessage()]
-    assert len(said) == 1 and "tenant" in said[0]
+    assert len(said) == 1 and 'key="all"' in said[0]
 
 
 @pytest.mark.parametrize("field", ["api_key", "admin_key"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gateway.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
-from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
+from tests.gateway.helpers import METRICS_KEY, GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
 from tests.gateway.processes import write_config
 from tests.support import zerogap_cmd
 from zerogap.net import free_port
@@ -40,7 +40,7 @@ async def test_virtual_key_models_and_revocation_within_a_second(tmp_path) -> No
             url = gs.url + "/v1/chat/completions"
             await wait_status(url, key, 200, 2)  # picked up without a restart
             status, _, raw = await post(url, chat_body(model="other"), auth(key))
-            assert status == 403 and error_of(raw)["code"] == "model_not_allowed"
+            assert status == 404 and error_of(raw)["code"] == "model_not_found"  # as for a model not there
             _, models = await get(gs.url + "/v1/models", auth(key))
             assert [m["id"] for m in json.loads(models)["data"]] == ["m"]
             store.revoke("alice")
@@ -78,7 +78,7 @@ async def test_expired_key_is_refused(tmp_path) -> None:
 
 async def test_requests_per_minute_limit(tmp_path) -> None:
     with UpstreamServer(model="m") as up:
-        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], per_key=True)) as gs:
             store = store_of(gs)
             key = store.create("rpm2", rpm=2)
             store.close()
@@ -90,7 +90,7 @@ async def test_requests_per_minute_limit(tmp_path) -> None:
             assert status == 429 and error_of(raw)["code"] == "rate_limit_requests"
             assert 20 <= int(headers["Retry-After"]) <= 31  # one request back after 30 s at 2/min
             assert (await post(url, chat_body(), auth()))[0] == 200  # the unified key is not limited
-            _, text = await get(gs.url + "/metrics")
+            _, text = await get(gs.url + "/metrics", auth(METRICS_KEY))
     assert metric(text, "zerogap_ratelimited_total", key="rpm2", limit="rpm") == 1
     assert metric(text, "zerogap_requests_total", key="rpm2", status="429", backend="none") == 1
     assert len(up.requests) == 3

@@ -44,7 +44,7 @@ async def test_tokenize_is_guarded_like_a_completion(tmp_path) -> None:
             status, _, raw = await post(gs.url + "/tokenize", {"model": "m", "prompt": "hi"}, {})
             assert status == 401, raw
             status, _, raw = await post(gs.url + "/tokenize", {"model": "m", "prompt": "hi"}, auth(other))
-            assert status == 403 and error_of(raw)["code"] == "model_not_allowed", raw
+            assert status == 404 and error_of(raw)["code"] == "model_not_found", raw  # as for a model not there
             status, _, raw = await post(gs.url + "/tokenize", {"model": "nope", "prompt": "hi"}, auth())
             assert status == 404 and error_of(raw)["code"] == "model_not_found", raw
             status, _, raw = await post(gs.url + "/tokenize", {"prompt": "hi"}, auth())

@@ -17,7 +17,18 @@ import pytest
 
 from backends.sim.testing import SimProcess, run_sim_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
-from tests.gateway.helpers import GatewayServer, auth, chat_body, events, get, make_config, metric, post, wait_until
+from tests.gateway.helpers import (
+    METRICS_KEY,
+    GatewayServer,
+    auth,
+    chat_body,
+    events,
+    get,
+    make_config,
+    metric,
+    post,
+    wait_until,
+)
 from tests.gateway.processes import call
 from tests.sse import data_of
 
@@ -101,12 +112,12 @@ async def test_a_client_that_hangs_up_after_100_tokens_is_charged_them(tmp_path,
     behavior = Behavior(num_output_tokens=3000, interval_s=0.005, report_usage=report_usage)
     body = with_options(chat_body(), options)
     with UpstreamServer(behavior, model="m") as up:
-        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], admin_key=ADMIN)) as gs:
+        with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], admin_key=ADMIN, per_key=True)) as gs:
             key = new_key(gs, "cut")
             assert await read_then_hang_up(gs.url, key, body, 100) == 100
             assert await wait_until(lambda: up.requests[0].disconnected, 10)
             row = await charged(gs, "cut")
-            _, text = await get(gs.url + "/metrics")
+            _, text = await get(gs.url + "/metrics", auth(METRICS_KEY))
     assert metric(text, "zerogap_tokens_total", key="cut", kind="completion") == row["completion_tokens"]
     num_sent = up.requests[0].num_tokens_sent
     assert 100 <= row["completion_tokens"] <= num_sent < 3000  # what was relayed, not 0, not max_tokens
