@@ -28,6 +28,7 @@ _USAGE = {"prompt_tokens": 0, "total_tokens": 0, "completion_tokens": 0, "prompt
 _CHAT_CHOICE = {"token_ids": None, "routed_experts": None}
 _TEXT_CHOICE = {"token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None}
 _CHOICE_LISTS = ("token_ids",)  # joined across chunks
+_TOKEN_IDS = ("token_ids", "prompt_token_ids")  # in vLLM's non-streamed answer only with return_token_ids
 _COMPLETION_TEXT = (*_TEXT_FIELDS, "text")
 _CHOICE_OWN = ("index", "logprobs", "finish_reason", "stop_reason", "tool_calls")  # read by _add itself
 
@@ -50,10 +51,11 @@ class Assembler:
     """Feed it the stream's events (complete ones, as sse.SseFilter hands them on); `body()` is the
     answer once the stream has ended."""
 
-    __slots__ = ("_chat", "_choices", "_head", "_usage", "num_events")
+    __slots__ = ("_chat", "_choices", "_head", "_token_ids", "_usage", "num_events")
 
-    def __init__(self, chat: bool) -> None:
+    def __init__(self, chat: bool, token_ids: bool = False) -> None:
         self._chat = chat
+        self._token_ids = token_ids  # return_token_ids: vLLM's answer has them (a stream with echo has them anyway)
         self._head: dict[str, Any] = {}  # id, created, model, ... of the first chunk
         self._choices: dict[int, _Choice] = {}
         self._usage: Any = None
@@ -149,7 +151,7 @@ class Assembler:
         out["finish_reason"] = c.finish_reason
         out["stop_reason"] = c.stop_reason
         out.update(_CHAT_CHOICE if self._chat else _TEXT_CHOICE)
-        out.update({k: v for k, v in c.extra.items() if v is not None})
+        out.update({k: v for k, v in c.extra.items() if v is not None and (self._token_ids or k not in _TOKEN_IDS)})
         return out
 
 

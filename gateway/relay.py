@@ -241,7 +241,7 @@ class Relay:
         the backend's request, so the engine stops)."""
         call = exchange.call
         filt = SseFilter(SHOW_ALL, charging.choice_usage(call))
-        assembler = Assembler(call.path.endswith("/chat/completions"))
+        assembler = Assembler(call.path.endswith("/chat/completions"), call.body.get("return_token_ids") is True)
         try:
             while chunk := await resp.read_chunk():
                 assembler.feed(filt.feed(chunk))

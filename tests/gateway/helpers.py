@@ -14,8 +14,9 @@ import aiohttp
 import uvicorn
 
 from gateway.app import create_app
+from gateway.cli import http_limits
 from gateway.gateway import Gateway
-from gateway.http_limits import HttpLimits, protocol_class
+from gateway.http_limits import protocol_class
 from gateway.upstream import UpstreamClient
 from tests.sse import data_payloads
 from zerogap.config import Config, parse_config
@@ -61,15 +62,16 @@ class GatewayServer:
         self.config = config
         self.app = create_app(config, client)
         s = config.server
-        limits = HttpLimits(s.max_header_bytes, s.header_timeout_s, s.body_timeout_s, s.max_connections)
         self.server = uvicorn.Server(
             uvicorn.Config(
                 self.app,
                 host="127.0.0.1",
                 port=config.server.port,
                 loop="asyncio",
-                http=protocol_class(limits),
+                http=protocol_class(http_limits(config)),  # every [server] limit, as `zerogap gateway` applies them
                 ws="none",
+                proxy_headers=bool(s.forwarded_allow_ips),
+                forwarded_allow_ips=list(s.forwarded_allow_ips),
                 access_log=False,
                 log_config=None,
                 lifespan="on",

@@ -62,7 +62,9 @@ async def test_2048_streams_at_once(tmp_path: Path) -> None:
     args = ("--ttft-s", str(TTFT_S), "--interval-s", str(INTERVAL_S))
     with upstream_process(*args) as up:
         port = free_port()
-        config = write_config(tmp_path / "gateway.toml", port, f"http://127.0.0.1:{up.port}", {})
+        # 2,048 streams from one client: above [server].max_connections_per_client's default (1,024)
+        server = "max_connections_per_client = 10000"
+        config = write_config(tmp_path / "gateway.toml", port, f"http://127.0.0.1:{up.port}", {}, server)
         with gateway_process(config, port, tmp_path / "gateway.log"):
             url = f"http://127.0.0.1:{port}"
             stop, peaks = asyncio.Event(), list[float]()

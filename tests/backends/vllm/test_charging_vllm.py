@@ -68,6 +68,15 @@ def test_a_cut_n2_stream_is_charged_both_choices(pool: Pool) -> None:
     assert sum(per_choice.values()) <= charged <= made, (per_choice, charged, made)
 
 
+def differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """Where two JSON values differ: (path, a's value, b's value)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in {*a, *b} for d in differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [(path, a, b)]
+
+
 def without_ids(answer: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in answer.items() if k not in ("id", "created")}
 
@@ -82,6 +91,7 @@ def without_ids(answer: dict[str, Any]) -> dict[str, Any]:
         ),  # n > 1 is not greedy: the seed makes it repeatable
         ("/v1/completions", {"prompt": ["one two three", "four five"], "max_tokens": 8, "n": 2, "temperature": 1.0}),
         ("/v1/completions", {"prompt": "one two three", "max_tokens": 8, "echo": True}),
+        ("/v1/completions", {"prompt": "one two three", "max_tokens": 8, "return_token_ids": True}),
         # echo with logprobs: vLLM adds the prompt's logprobs, which it never streams: sent unstreamed
         ("/v1/completions", {"prompt": "one two three", "max_tokens": 8, "logprobs": 2, "echo": True}),
     ],
@@ -92,5 +102,5 @@ def test_a_non_streamed_answer_is_vllms_own(pool: Pool, path: str, body: dict[st
     body = {"model": MODEL, "temperature": 0, "seed": 7, **body}
     direct = post(pool.engine_url + path, body)
     via = post(pool.gateway_url + path, body)
-    assert without_ids(via) == without_ids(direct)
+    assert without_ids(via) == without_ids(direct), differences(without_ids(via), without_ids(direct))
     assert list(via) == list(direct)  # the same fields in the same order

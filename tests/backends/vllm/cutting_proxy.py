@@ -1,0 +1,83 @@
+"""A TCP relay between the gateway and a vLLM replica that cuts one completion's connection
+(an abort, as when a replica dies) once that many bytes of its answer went through: a replica
+failing mid-stream, on demand, while the replica itself keeps serving the continuation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from zerogap.net import free_port
+
+
+class CuttingProxy:
+    def __init__(self, target_port: int, cut_after_bytes: int) -> None:
+        self.port = free_port()
+        self.target_port = target_port
+        self.cut_after_bytes = cut_after_bytes
+        self.num_cut = 0
+        self.requests: list[bytes] = []  # each read that starts a request (its head and body, when small)
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        first = await reader.read(65536)
+        self.requests.append(first)
+        cut = self.num_cut == 0 and first.startswith(b"POST /v1/chat/completions")
+        up_writer.write(first)
+        forward = asyncio.ensure_future(self._copy(reader, up_writer, self.requests))
+        sent = 0
+        try:
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                sent += len(data)
+                if cut and sent >= self.cut_after_bytes:
+                    self.num_cut += 1
+                    writer.transport.abort()  # the gateway sees the connection reset mid-stream
+                    up_writer.transport.abort()  # and the replica sees its client go (it frees the slot)
+                    return
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            forward.cancel()
+            writer.close()
+            up_writer.close()
+
+    @staticmethod
+    async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, requests: list[bytes]) -> None:
+        try:
+            while data := await reader.read(65536):
+                if data.startswith((b"POST ", b"GET ")):  # a keep-alive connection's next request
+                    requests.append(data)
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+
+    @contextmanager
+    def running(self) -> Iterator[CuttingProxy]:
+        thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        try:
+            yield self
+        finally:
+
+            async def stop() -> None:
+                assert self._server is not None
+                self._server.close()
+                for task in asyncio.all_tasks():
+                    if task is not asyncio.current_task():
+                        task.cancel()
+
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            thread.join(10)
+            self._loop.close()
