@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from gateway.errors import ApiError
 
-MAX_VALUES = 1 << 18  # values of any kind (a 128k-token prompt as token ids is 131,072 of them)
+MAX_VALUES = 150_000  # values of any kind (a 128k-token prompt as token ids is 131,072 of them)
 MAX_CONTAINERS = 1 << 15  # arrays and objects (a chat of 10,000 messages has about 20,000)
 MAX_DEPTH = 64  # levels of arrays/objects, the body's own object included
 LONG_INT_DIGITS = 19  # the digits of 2**63: a shorter integer always fits in 64 bits

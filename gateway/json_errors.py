@@ -28,7 +28,11 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _KEY_BEFORE = re.compile(rb'"([A-Za-z0-9_.-]{1,64})"[ \t\n\r]*:[ \t\n\r]*\Z')
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 _LITERALS = (b"NaN", b"Infinity", b"-Infinity")
-_OVERFLOW = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?[eE]\+?[0-9]{3,}|-?[0-9]{309,}\.[0-9]*")
+_NUMBER_BYTES = bytes(
+    b"0"[0] if byte in b"0123456789" else b"e"[0] if byte in b"eE" else byte if byte in b".+-" else b" "[0]
+    for byte in range(256)
+)  # digits as 0, E as e, the rest of a number as it is, every other byte a space
+_CANDIDATES = 64  # literals tried per pattern before the message goes without the literal
 _SKIP = msgspec.json.Decoder(msgspec.Raw)  # validates without building values: reports escapes by position
 
 
@@ -176,13 +180,34 @@ def _from_msgspec(raw: bytes, message: str) -> ApiError:
         if position >= 0 and raw.startswith(literal, start):
             return bad_number(_key_before(raw, start), literal.decode())
     if message.startswith("Number out of range"):
-        found = next((m for m in _OVERFLOW.finditer(raw) if math.isinf(float(m.group()))), None)
-        text = found.group().decode() if found else "a number"
-        return bad_number(_key_before(raw, found.start()) if found else None, text)
+        start, text = _overflowing(raw)
+        return bad_number(_key_before(raw, start) if text else None, text or "a number")
     if message.startswith("Integer value out of range"):
         return huge_int(None)
     detail = message.removeprefix("JSON is malformed: ")
     return invalid(f"The body is not valid JSON ({detail}). Send a JSON object.")
+
+
+def _overflowing(raw: bytes) -> tuple[int, str | None]:
+    """Where the first literal that overflows a float stands, and its text (None: not found among
+    the first candidates). A candidate has an exponent of 3 digits or more, or 309 digits before
+    its point; numbers are found in a copy of the body with every other byte a space (a regex
+    over megabytes of numbers backtracks for seconds)."""
+    numbers = raw.translate(_NUMBER_BYTES)
+    for needle in (b"0e000", b"0e+000", b"0" * 309):
+        at = numbers.find(needle)
+        for _ in range(_CANDIDATES):
+            if at < 0:
+                break
+            start, end = numbers.rfind(b" ", 0, at) + 1, numbers.find(b" ", at)
+            text = raw[start : end if end >= 0 else len(raw)].decode()
+            try:
+                if math.isinf(float(text)):
+                    return start, text
+            except ValueError:
+                pass
+            at = numbers.find(needle, end) if end >= 0 else -1
+    return -1, None
 
 
 def _key_before(raw: bytes, position: int) -> str | None:

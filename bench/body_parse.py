@@ -1,0 +1,178 @@
+"""What decoding a request body costs the event loop, per body shape, for each candidate side by side.
+
+Shapes: 4 MiB worst cases (issue 35: nested lists 61 deep, many tiny arrays or objects, small
+integers, token ids, floats, strings of escapes, surrogate pairs, many keys, one long text), the
+largest bodies within the gateway's budget (gateway/body_scan.py), and ordinary chat bodies.
+Columns, milliseconds of event-loop time per body (best of --repeat; the value freed included):
+  json      Python's json with the gateway's previous hooks (NaN, overflow): the old decoder's core
+  old       the gateway's previous decode_object, whole (json_errors._decode_with_json: json,
+            then the depth walk and the surrogate check)
+  orjson    orjson.loads alone, no gateway check (if orjson is installed; not a dependency)
+  msgspec   msgspec's decoder alone, no budget
+  thread    msgspec in a worker thread: the loop's longest stall meanwhile (a 1 ms ticker's
+            lateness): the GIL is held through the whole C call, so a thread frees nothing
+  scan      the new path's scan of the body in 64 KiB chunks, as read_body makes it: the
+            longest chunk's time (the loop's step), then `+` the total over the chunks
+  new       decode_object on the scanned body: the budget's refusal, or msgspec and the checks
+
+    .venv/bin/python -m bench.body_parse [--repeat 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from gateway import json_errors
+from gateway.body_scan import MAX_CONTAINERS, MAX_VALUES, BodyScan, ScannedBody
+from gateway.errors import ApiError
+from gateway.strict_json import decode_object
+
+try:
+    import orjson  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # not a dependency: the column is left out
+    orjson = None
+
+MiB = 1 << 20
+CHUNK = 64 * 1024  # uvicorn hands the body on in pieces of about this size (its high-water mark)
+HEAD = b'{"model":"nope","messages":[{"role":"user","content":"hi"}],"x":'
+_MSGSPEC = msgspec.json.Decoder()
+
+
+def filled(unit: bytes, size: int = 4 * MiB) -> bytes:
+    count = (size - len(HEAD) - 3) // (len(unit) + 1)
+    return HEAD + b"[" + b",".join([unit] * count) + b"]}"
+
+
+def counted(unit: bytes, count: int) -> bytes:
+    return HEAD + b"[" + b",".join([unit] * count) + b"]}"
+
+
+def chat(size: int) -> bytes:
+    message = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 20}
+    body = {"model": "nope", "messages": [message] * max(1, size // 950), "temperature": 0.7, "stream": True}
+    return json.dumps(body).encode()
+
+
+def shapes() -> dict[str, bytes]:
+    chain = b"[" * 61 + b"]" * 61
+    return {
+        "4M deep61": filled(chain),
+        "4M [] x1.4M": filled(b"[]"),
+        "4M {} x1.4M": filled(b"{}"),
+        "4M ints": filled(b"0"),
+        "4M token ids": filled(b"123456"),
+        "4M floats": filled(b"0.125"),
+        "4M escapes": HEAD + b'"' + b"\\n" * (2 * MiB - 50) + b'"}',
+        "4M surrogates": HEAD + b'"' + b"\\ud83d\\ude00" * (MiB // 3 - 10) + b'"}',
+        "4M keys": HEAD + b"{" + b",".join(b'"k%d":0' % i for i in range(380_000)) + b"}}",
+        "4M text": HEAD + b'"' + b"The quick brown fox, [jumps] {over} the lazy dog. " * (4 * MiB // 52) + b'"}',
+        "max token ids": counted(b"123456", MAX_VALUES - 16),
+        "max floats": counted(b"0.125", MAX_VALUES - 16),
+        "max strings": counted(b'"ab"', MAX_VALUES - 16),
+        "max []": counted(b"[]", MAX_CONTAINERS - 16),
+        "max deep61": counted(chain, (MAX_CONTAINERS - 16) // 61),
+        "max {k:v}": counted(b'{"a":1}', MAX_CONTAINERS - 16),
+        "chat 1 KiB": chat(1024),
+        "chat 10 KiB": chat(10 * 1024),
+        "chat 100 KiB": chat(100 * 1024),
+    }
+
+
+def best_ms(run: Callable[[], Any], repeat: int) -> float:
+    """The shortest of `repeat` runs, the result freed inside the timing (as it is on the loop)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        try:
+            result = run()
+        except (ApiError, ValueError, msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            result = exc
+        del result
+        best = min(best, time.perf_counter() - start)
+    return best * 1000
+
+
+def scan_ms(raw: bytes, repeat: int) -> tuple[float, float, ScannedBody]:
+    """The longest chunk's scan and the total, best of `repeat`; and the scanned body."""
+    longest = total = float("inf")
+    for _ in range(repeat):
+        scan, steps = BodyScan(), []
+        for start in range(0, len(raw), CHUNK):
+            began = time.perf_counter()
+            scan.feed(raw[start : start + CHUNK])
+            steps.append(time.perf_counter() - began)
+        longest, total = min(longest, max(steps)), min(total, sum(steps))
+    return longest * 1000, total * 1000, ScannedBody(raw, scan)
+
+
+def thread_stall_ms(raw: bytes) -> float:
+    """The loop's longest stall while a worker thread decodes `raw` (a ticker every 1 ms)."""
+
+    async def measure() -> float:
+        loop = asyncio.get_running_loop()
+        done = threading.Event()
+        stall = 0.0
+
+        async def tick() -> None:
+            nonlocal stall
+            while not done.is_set():
+                began = time.perf_counter()
+                await asyncio.sleep(0.001)
+                stall = max(stall, time.perf_counter() - began - 0.001)
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.01)
+        stall = 0.0
+        try:
+            await loop.run_in_executor(None, lambda: best_ms(lambda: _MSGSPEC.decode(raw), 1))
+        finally:
+            done.set()
+            await ticker
+        return stall * 1000
+
+    return asyncio.run(measure())
+
+
+def old_decode(raw: bytes) -> None:
+    json_errors._decode_with_json(raw)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="one run of the slow candidates on 4 MiB bodies")
+    args = parser.parse_args()
+    names = ["json", "old", *(["orjson"] if orjson else []), "msgspec", "thread", "scan", "new"]
+    print(f"{'shape':15} {'KiB':>5} " + " ".join(f"{n:>13}" for n in names) + "  new's answer")
+    for name, raw in shapes().items():
+        slow = 1 if args.quick and len(raw) > MiB else args.repeat
+        print(f"{name:15} {len(raw) // 1024:5} " + row(raw, args.repeat, slow), flush=True)
+
+
+def row(raw: bytes, repeat: int, slow: int) -> str:
+    """One shape's cells: the candidates' milliseconds, then what the new path answered."""
+    cells = [best_ms(lambda: json_errors._JSON.decode(raw.decode()), slow), best_ms(lambda: old_decode(raw), slow)]
+    if orjson:
+        cells.append(best_ms(lambda: orjson.loads(raw), slow))
+    cells += [best_ms(lambda: _MSGSPEC.decode(raw), slow), thread_stall_ms(raw)]
+    longest, total, scanned = scan_ms(raw, repeat)
+    new = best_ms(lambda: decode_object(scanned), repeat)
+    try:
+        decode_object(scanned)
+        answer = "decoded"
+    except ApiError as exc:
+        answer = f"{exc.status} {exc.message[:38]}"
+    shown = [f"{v:13.2f}" for v in cells] + [f"{longest:6.2f}+{total:6.1f}", f"{new:13.2f}"]
+    return " ".join(shown) + f"  {answer}"
+
+
+if __name__ == "__main__":
+    main()
