@@ -25,9 +25,10 @@ from loadgen.arrivals import Arrivals
 from loadgen.client import StreamClient
 from loadgen.dataset_source import DatasetSession
 from loadgen.datasets import DataFileError
+from loadgen.ending import RunEnding
 from loadgen.exporter import Exporter
 from loadgen.failfast import doubled_v1
-from loadgen.locust_options import progress_seconds, quiet_locust_table
+from loadgen.locust_options import progress_seconds, quiet_locust_table, quiet_spawn_rate_warning
 from loadgen.locust_stats import fire_locust_events
 from loadgen.open_files import raise_open_files
 from loadgen.progress import report_progress
@@ -71,6 +72,7 @@ class Harness:
         self.env: Environment | None = None
         self.exporter: Exporter | None = None
         self.link: WorkerLink | None = None
+        self.ending: RunEnding | None = None
         self.headers: dict[str, str] = {}
         self.base_url = ""
         self.run: Run | None = None
@@ -111,6 +113,7 @@ class Harness:
         if doubled is not None:
             fail(doubled)
         quiet_locust_table(options)
+        quiet_spawn_rate_warning()  # the harness paces its users itself (loadgen/spawn_pacer.py)
         prefill_form(options, self.plan)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.process_name = f"{socket.gethostname()}:{os.getpid()}"
@@ -124,6 +127,8 @@ class Harness:
         events.test_stop.add_listener(self.on_test_stop)
         events.spawning_complete.add_listener(self.on_spawned)
         events.quitting.add_listener(self.on_quitting)
+        self.ending = RunEnding(environment)
+        events.quit.add_listener(self.ending.on_quit)
         self.link = WorkerLink(environment, lambda: self.run, self.exporter)
         self.link.install(self.runner)
         if not self.is_worker:
@@ -235,9 +240,10 @@ class Harness:
     def tick(self, run_time_s: float) -> tuple[int, float] | None:
         """The shape's users now; None at the end (a trace's run ends once its last request has ended)."""
         replay = self.run.replay if self.run is not None else None
-        if self.plan is None or (replay is not None and replay.finished):
-            return None
-        return self.plan.tick(run_time_s)
+        ticked = None if self.plan is None or (replay is not None and replay.finished) else self.plan.tick(run_time_s)
+        if ticked is None and self.run is not None and self.ending is not None:
+            self.ending.plan_ended(self.run, self.is_master)  # the users finish their streams, not cut
+        return ticked
 
     def run_one(self, client: StreamClient, session: UserSession | None = None) -> None:
         run, env = self.run, self.env
@@ -294,10 +300,12 @@ class Harness:
 
     # ----- stop -----
     def on_test_stop(self, environment: Environment, **_: Any) -> None:
-        end_s = time.time()
         run = self.run
         if run is None:
             return  # Locust fires test_stop when quitting a web UI that never started a test
+        end_s = run.ended_s or time.time()  # the streams that finished after the plan's end are not in its time
+        if self.ending is not None:
+            self.ending.run_stopped()
         run.stop_greenlets()
         if self.exporter is not None:
             self.exporter.run_stopped()  # after the greenlets that set the gauges
@@ -305,11 +313,13 @@ class Harness:
             self.run = None
             return
         if isinstance(self.runner, MasterRunner) and self.link is not None:
-            run.num_workers = self.link.collect(self.runner)  # their last records come into this run
+            run.num_workers = self.link.collect(self.runner, run.drain_s)  # their last records come into this run
         if run.replay is not None:
             run.plan = run.plan.cut_at(end_s - run.start_s)  # the trace's one step lasted until the last answer
         self.run = None
-        run.finish(end_s)
+        line = run.finish(end_s)
+        if self.ending is not None:
+            self.ending.report(line)
 
     def on_quitting(self, environment: Environment, **_: Any) -> None:
         if self.exporter is not None:

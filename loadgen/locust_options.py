@@ -10,6 +10,7 @@ that table off unless Locust's own --print-stats (or LOCUST_PRINT_STATS) asks fo
 
 from __future__ import annotations
 
+import logging
 from argparse import Namespace
 from typing import Any
 
@@ -45,3 +46,18 @@ def quiet_locust_table(options: Namespace | None) -> None:
     Locust reads only_summary after its init event, so setting it there is in time."""
     if options is not None and getattr(options, "headless", False) and not getattr(options, "print_stats", False):
         options.only_summary = True
+
+
+SPAWN_RATE_WARNING = "Your selected spawn rate is very high"  # Locust's, above 100 users/s (or per worker)
+
+
+def _not_spawn_rate_warning(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(SPAWN_RATE_WARNING)
+
+
+def quiet_spawn_rate_warning() -> None:
+    """Locust warns of a spawn rate above 100 on every step that adds more than 100 users; the harness
+    asks for them all at once on purpose and starts them one by one itself (loadgen/spawn_pacer.py)."""
+    logger = logging.getLogger("locust.runners")
+    if _not_spawn_rate_warning not in logger.filters:
+        logger.addFilter(_not_spawn_rate_warning)

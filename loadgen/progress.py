@@ -1,6 +1,6 @@
-"""What a run prints while it runs: a progress line every --progress-seconds (the phase, its
-users, time done and left, output tok/s, GPU busy, failures), and each step's final line as
-soon as its figures are final.
+"""What a run prints while it runs: a progress line as it starts and every --progress-seconds
+(the phase, the warm-up included, its users, time done and left, output tok/s, GPU busy,
+failures), and each step's final line as soon as its figures are final.
 
 A step's figures are final once every request that could stream a token into its window
 has ended and been kept: in a local run, no request sent before the window's end is still
@@ -108,8 +108,7 @@ def _recent_gpu(run: Run, since: float) -> list[float]:
 def report_progress(run: Run, user_count: Callable[[], int], is_master: bool, progress_s: float) -> None:
     """The greenlet: final step lines as steps settle; a live line every progress_s (0: none)."""
     tally = Tally()
-    due_s = next_live_s = time.monotonic()
-    next_live_s += progress_s
+    due_s = next_live_s = time.monotonic()  # the first line at once: the warm-up (or the first step) has begun
     while True:
         due_s = max(due_s + TICK_S, time.monotonic())
         gevent.sleep(due_s - time.monotonic())

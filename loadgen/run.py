@@ -58,6 +58,8 @@ class Run:
     num_workers: int = 1  # worker processes that took part (1: a local run)
     in_flight: dict[int, float] = field(default_factory=dict)  # this process's requests streaming: id -> sent at
     final_steps: dict[int, Step] = field(default_factory=dict)  # step index -> its line's summary
+    ended_s: float | None = None  # when the plan's last step ended (wall clock); None: not yet, or stopped
+    drain_s: float = 0.0  # how long the users may then finish their streams (loadgen/ending.py)
     _request_ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def keep(self, record: RequestRecord, walls: list[float]) -> None:
@@ -82,9 +84,10 @@ class Run:
             greenlet.kill(block=False)
         self.greenlets = []
 
-    def finish(self, end_s: float) -> None:
-        """Write the run folder and print the steps' last lines, the table and where the report is; a run
-        stopped for a reason the user must fix prints that reason instead (no empty table)."""
+    def finish(self, end_s: float) -> str | None:
+        """Write the run folder and print the steps' last lines and the table; returns the line that says
+        where the report is (the harness prints it last). A run stopped for a reason the user must fix
+        prints that reason instead (no empty table) and returns None."""
         assert self.sampler is not None and self.run_dir is not None, "finish() runs where the run was sampled"
         if self.stopper.reason:
             sys.stderr.write(f"zerogap loadtest: {self.stopper.reason}\n")
@@ -111,9 +114,9 @@ class Run:
         )  # fmt: skip
         if self.stopper.reason:
             sys.stderr.write(f"zerogap loadtest: the run stopped early; its folder: {self.run_dir}\n")
-            return
+            return None
         for step in summary.steps:  # the steps whose line has not been printed yet (the last one, at least)
             if step.index not in self.final_steps:
                 print(progress_line(step, len(self.plan.steps)), flush=True)
         print(table(summary.to_json()), flush=True)
-        print(f"zerogap report: {report_html}", flush=True)
+        return f"zerogap report: {report_html}"

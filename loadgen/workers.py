@@ -53,11 +53,18 @@ class WorkerLink:
         data[WIRE_KEY] = wire(self.current())
 
     def on_stop_message(self, environment: Environment, msg: Any, **_: Any) -> None:
-        """The master is finishing the run: stop the users and send the rest now."""
+        """The master is finishing the run: stop the users (letting them finish their streams for the
+        seconds the master says, when the plan ended: loadgen/ending.py) and send the rest now."""
         runner = environment.runner
         assert isinstance(runner, WorkerRunner)
         run = self.current()  # stopping ends it here
-        runner.stop()
+        asked, drain_s = environment.stop_timeout, float((msg.data or {}).get("drain_s") or 0.0)
+        if drain_s and not asked:
+            environment.stop_timeout = drain_s
+        try:
+            runner.stop()
+        finally:
+            environment.stop_timeout = asked
         runner.send_message(FINAL_MESSAGE, {"client_id": runner.client_id, WIRE_KEY: wire(run)})
 
     # the master's side
@@ -86,13 +93,13 @@ class WorkerLink:
                 if samples:
                     self.exporter.cpu.labels(process).set(float(samples[-1][1]))
 
-    def collect(self, runner: MasterRunner) -> int:
-        """Ask every worker to stop and send what it has; wait for all of them (bounded). The
-        number of workers that took part."""
+    def collect(self, runner: MasterRunner, drain_s: float = 0.0) -> int:
+        """Ask every worker to stop (its users may finish their streams for drain_s) and send what it has;
+        wait for all of them (bounded). The number of workers that took part."""
         expected = {client.id for client in runner.clients.all}
         self.finals = set()
-        runner.send_message(STOP_MESSAGE)
-        deadline = time.time() + FINAL_WAIT_S
+        runner.send_message(STOP_MESSAGE, {"drain_s": drain_s})
+        deadline = time.time() + FINAL_WAIT_S + drain_s
         while time.time() < deadline and not expected <= self.finals:
             gevent.sleep(0.05)
         missing = expected - self.finals
