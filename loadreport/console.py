@@ -11,7 +11,7 @@ from loadreport.diagnosis_reading import p50
 from loadreport.schedule import LoadSchedule, Phase
 from loadreport.schema import Step
 from loadreport.settings import Settings
-from loadreport.verdict import knee_sentence, run_verdict, stop_reason
+from loadreport.verdict import itl_note, knee_sentence, run_verdict, stop_reason
 
 
 def _number_ms(value: float | None) -> str:
@@ -153,6 +153,9 @@ def table(report: dict[str, Any]) -> str:
         reasons = sorted(set(skipped.values()))
         lines.append(f"not collected ({', '.join(sorted(skipped))}): {'; '.join(reasons)}")
     lines.append("latencies in ms (0.1 ms resolution); hit: the engines' prefix-cache hit rate")
+    itl = itl_note(report)
+    if itl is not None:
+        lines.append(itl)
     if report.get("diagnosis"):
         lines.append(headline(report["diagnosis"]))
     return "\n".join(lines)

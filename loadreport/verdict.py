@@ -85,3 +85,22 @@ def knee_sentence(report: dict[str, Any]) -> str:
         f"Knee: none found up to {top}: TPS grew {growth:.1f}% from {_load(here)} to {_load(after)}, "
         "but latency did not grow with it (more load did not only queue)."
     )
+
+
+ITL_MEANING = (
+    "ITL is the gap between two content events as this client read them: events that arrive in one read "
+    "(sent together by the server or the network, or read late by a busy client) count as 0.0 ms gaps; "
+    "TPOT, each request's (E2E - TTFT) / (tokens - 1), is the per-token pace"
+)
+
+
+def itl_note(report: dict[str, Any]) -> str | None:
+    """Why ITL p50 reads far below TPOT p50 (often 0.0 ms), at the steps where it does; None where it does not."""
+    bunched = []
+    for step in report["steps"]:
+        itl, tpot = step.get("itl_ms") or {}, step.get("tpot_ms") or {}
+        if itl.get("p50") is not None and tpot.get("p50") and itl["p50"] < 0.5 * tpot["p50"]:
+            bunched.append(f"{itl['p50']:.1f} ms at {_load(step)} (TPOT p50 {tpot['p50']:.1f} ms)")
+    if not bunched:
+        return None
+    return f"ITL p50 {', '.join(bunched)}: {ITL_MEANING}."

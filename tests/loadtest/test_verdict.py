@@ -4,6 +4,7 @@ per step"; a stepped run says "none up to" its top step only when TPS grew 10% f
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,17 @@ def test_a_refused_run_reads_the_same_through_zerogap_report(tmp_path: Path, cap
     printed = capsys.readouterr().out
     assert "No step was measured: the run stopped early (the first 20 requests all failed with HTTP 401" in printed
     assert "knee" not in printed.lower() and "out tok/s" not in printed, printed
+
+
+def test_an_itl_p50_far_below_tpot_is_explained_where_it_is_shown(tmp_path: Path, capsys) -> None:
+    run = write_report(tmp_path / "bunched", [Figures(32, 1000.0, 60, 50, 9.5), Figures(128, 2000.0, 90, 80, 22.0)])
+    report = json.loads((run / "report.json").read_text(encoding="utf-8"))
+    report["steps"][1]["itl_ms"] = {"p50": 0.0, "p90": 25.5, "p99": 40.0, "mean": 9.5}
+    (run / "report.json").write_text(json.dumps(report), encoding="utf-8")
+    console, page, printed = _everything_said(run, capsys)
+    said = "ITL p50 0.0 ms at 128 users (TPOT p50 22.0 ms): ITL is the gap between two content events"
+    for text in (console, page, printed):
+        assert said in text and "count as 0.0 ms gaps" in text, text
+        assert "ITL p50 9.5 ms at 32 users" not in text  # where ITL agrees with TPOT, nothing to explain
+    even = write_report(tmp_path / "even", [Figures(32, 1000.0, 60, 50, 9.5)])
+    assert "ITL p50" not in table(read_report(even)[0]).split("\n", 2)[2]  # below the header and the row
