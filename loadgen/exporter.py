@@ -5,6 +5,7 @@ single local process), fed with every record, the workers' included."""
 from __future__ import annotations
 
 import logging
+import urllib.request
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
@@ -63,27 +64,42 @@ class Exporter:
         if record.ok and tpot is not None:
             self.tpot.observe(tpot)
 
-    def serve(self, host: str, port: int) -> bool:
-        """Start serving /metrics (gevent's WSGI server); False, with a warning, when the port is taken."""
+    def serve(self, host: str, port: int) -> str | None:
+        """Start serving /metrics (gevent's WSGI server). When the port is taken, the message that refuses
+        the run (None: serving): Prometheus scrapes this port by number, so another process there would
+        put its numbers in this run's dashboards."""
         from gevent.pywsgi import WSGIServer
 
         server = WSGIServer((host, port), make_wsgi_app(self.registry), log=None)
         try:
             server.start()
         except OSError as exc:
-            log.warning(
-                "zerogap: load-generator metrics not served on %s:%s (%s); set metrics.exporter_port "
-                "to a free port, or 0 to turn it off",
-                host,
-                port,
-                exc.strerror or exc,
-            )
-            return False
+            return taken_message(host, port, str(exc.strerror or exc))
         self._server = server
         log.info("zerogap: load-generator metrics at http://%s:%s/metrics", host, port)
-        return True
+        return None
 
     def close(self) -> None:
         if self._server is not None:
             self._server.stop(timeout=1)  # type: ignore[attr-defined]
             self._server = None
+
+
+def _holder(host: str, port: int) -> str:
+    """Who holds the port, as far as its /metrics tells: another load test of zerogap's, or some process."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=1) as response:
+            if b"zerogap_loadtest_" in response.read(1 << 20):
+                return "another zerogap load test (a Locust process still running?)"
+    except (OSError, ValueError):
+        pass
+    return "another process"
+
+
+def taken_message(host: str, port: int, why: str) -> str:
+    return (
+        f"metrics.exporter_port {port} on {host} is taken ({why}) by {_holder(host, port)}: Prometheus scrapes "
+        f"that port, so this run's dashboards would show that process's numbers. Stop it, or set "
+        f"metrics.exporter_port in settings.json to a free port and the zerogap-loadtest target in "
+        f"deploy/prometheus/prometheus.yml to the same port (or metrics.exporter_port to 0: no load-generator metrics)"
+    )

@@ -121,7 +121,9 @@ class Harness:
             raise_open_files(max(self.plan.users_for(p) for p in self.plan.phases) + 256)
         if not self.is_worker and settings.metrics.exporter_port:
             self.exporter = Exporter()
-            self.exporter.serve(settings.metrics.exporter_host, settings.metrics.exporter_port)
+            taken = self.exporter.serve(settings.metrics.exporter_host, settings.metrics.exporter_port)
+            if taken is not None:
+                fail(taken)
         events = environment.events
         events.test_start.add_listener(self.on_test_start)
         events.test_stop.add_listener(self.on_test_stop)
