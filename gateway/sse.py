@@ -124,8 +124,12 @@ class SseFilter:
 
     def _usage_in(self, data: bytes, at: int) -> bytes:
         """data without the usage fields the client did not ask for; `at`: where the first one is."""
-        if self.show == SHOW_ALL:
-            self._mark(data, data.rfind(FIELD) + 1)
+        if self.show == SHOW_ALL:  # the last usage that is an object, not null (as _usage_in_any_json)
+            at = data.rfind(FIELD)
+            while at >= 0 and data.startswith(b"null", at + len(FIELD)):
+                at = data.rfind(FIELD, 0, at)
+            if at >= 0:
+                self._usage = data[at + 1 : at + 1 + USAGE_BYTES]
             return data
         value = at + len(FIELD)
         close = data.find(b"}", value)
@@ -158,11 +162,6 @@ class SseFilter:
             at = data.find(FIELD, end)
         parts.append(data[start:])
         return b"".join(parts)
-
-    def _mark(self, data: bytes, at: int) -> None:
-        """The usage field at `at` is the last one relayed (unless it is null)."""
-        if not data.startswith(b"null", at + len(FIELD) - 1):
-            self._usage = data[at : at + USAGE_BYTES]
 
     def _usage_in_any_json(self, data: bytes) -> bytes:
         """_usage_in for JSON with spaces (or a usage field first): the same, with regular expressions."""

@@ -80,6 +80,25 @@ def test_a_stream_cut_short_reports_the_last_usage_relayed() -> None:
     assert f.reported() == (3, 3)
 
 
+@pytest.mark.parametrize("spaced", [False, True])
+def test_two_usage_events_in_one_read_with_usage_shown_charge_the_last(spaced: bool) -> None:
+    """A client that asked for continuous usage sees every usage field; when one read holds two
+    events, the usage kept is the second one's (usage is cumulative), null being no usage; compact
+    JSON or not (with spaces: the regular-expression path)."""
+
+    def read(data: bytes) -> bytes:
+        return data.replace(b',"usage":', b', "usage": ') if spaced else data
+
+    f = SseFilter(SHOW_ALL)
+    assert f.feed(read(with_usage(1) + with_usage(2))) == read(with_usage(1) + with_usage(2))
+    assert f.reported() == (3, 2)
+    f.feed(read(with_usage(3) + with_usage(5) + with_usage(4)[:30]))  # the third event is not complete yet
+    assert f.reported() == (3, 5)
+    null = CHUNK[:-3] + b',"usage":null}\n\n'  # OpenAI's "no usage in this chunk"
+    f.feed(read(with_usage(4)[30:] + null))
+    assert f.reported() == (3, 4)  # the last object stands
+
+
 def test_openai_style_null_usage_is_not_taken_for_usage() -> None:
     f = SseFilter(SHOW_FINAL)
     with_null = b'data: {"choices":[{"delta":{}}],"usage":null}\n\n'
