@@ -27,13 +27,13 @@ EXPLAIN_VALUES = 8192
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _KEY_BEFORE = re.compile(rb'"([A-Za-z0-9_.-]{1,64})"[ \t\n\r]*:[ \t\n\r]*\Z')
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
-_LITERALS = (b"NaN", b"Infinity", b"-Infinity")
+_LITERALS = (b"-Infinity", b"NaN", b"Infinity")  # msgspec points at the I of -Infinity
 _NUMBER_BYTES = bytes(
     b"0"[0] if byte in b"0123456789" else b"e"[0] if byte in b"eE" else byte if byte in b".+-" else b" "[0]
     for byte in range(256)
 )  # digits as 0, E as e, the rest of a number as it is, every other byte a space
 _CANDIDATES = 64  # literals tried per pattern before the message goes without the literal
-_SKIP = msgspec.json.Decoder(msgspec.Raw)  # validates without building values: reports escapes by position
+_PADDED = msgspec.json.Decoder()
 
 
 def invalid(message: str, param: str | None = None, status: int = 400) -> ApiError:
@@ -166,10 +166,10 @@ def _from_msgspec(raw: bytes, message: str) -> ApiError:
         raw.decode()
     except UnicodeDecodeError as exc:
         return not_utf8(exc)
-    if message == "Input data was truncated" and b"\\u" in raw:  # msgspec's word for a lone high surrogate
-        try:
-            _SKIP.decode(raw)
-        except msgspec.DecodeError as exc:
+    if message == "Input data was truncated" and b"\\u" in raw:
+        try:  # or a lone high surrogate near the end: msgspec wants 6 more bytes for its pair
+            _PADDED.decode(raw + b" " * 6)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             message = str(exc)
     at = _AT_BYTE.search(message)
     position = int(at.group(1)) if at else -1
