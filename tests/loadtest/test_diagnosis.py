@@ -68,6 +68,19 @@ def test_errors_load_generator_gateway_prefill() -> None:
     assert limit(step(gpu=90.0, ttft_p50=101.0, tpot_p50=25.0), before=before) == "compute"
 
 
+def test_requests_waiting_in_an_engine_are_at_the_engines() -> None:
+    """The share at the engines counts their queue with their batch: a request waiting in an engine
+    is not held in front of it (the frontend, gateway and load-generator rules read this share).
+    The queues here are under 10% of the users, so no queue rule speaks first."""
+    # 30 of 64 at the engines (47%, 24 running and 6 waiting), no step before: a fixed share in transit
+    assert limit(step(running=24.0, waiting=6.0, gpu=40.0)) == "none"
+    assert limit(step(running=18.0, waiting=6.0, gpu=40.0)) == "frontend"  # 24 of 64 (38%): held in front
+    # 40 of 64 (62%) against 26 of 32 (81%) at the step before: fell by less than 20 points
+    before = step(users=32, running=24.0, waiting=2.0)
+    assert limit(step(running=34.0, waiting=6.0, gpu=40.0), before=before) == "none"
+    assert limit(step(running=34.0, waiting=6.0, gpu=40.0, gateway_inflight=40.0), before=before) == "none"
+
+
 def test_diagnose_every_step_and_the_headline() -> None:
     loads = ((32, 1000, 50), (128, 3000, 55), (256, 3100, 56))
     steps = [step(users=n, running=float(n), tps=tps, gpu=gpu) for n, tps, gpu in loads]
