@@ -4,6 +4,7 @@ on sims, in virtual time and in real time (real sims, the real Locust harness)."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,6 +30,10 @@ def ranking(out: Path) -> list[dict[str, object]]:
         ("max_num_seqs=0,16", "[scheduler].max_num_seqs: Input should be greater than or equal to 1 (got 0)"),
         ("async_scheduling=maybe", "[token_interval].async_scheduling: Input should be a valid boolean"),
         ("max_num_seq=16", "--grid max_num_seq: no such field in [scheduler], [token_interval], [engine], [sim]"),
+        ("max_num_seq=16", "Did you mean `max_num_seqs`? (--grid max_num_seqs=...)"),
+        ("scheduler.max_num_seq=16", "Did you mean `scheduler.max_num_seqs`? (--grid scheduler.max_num_seqs=...)"),
+        ("asynch_scheduling=true", "Did you mean `async_scheduling`?"),
+        ("zzz=1", "--grid zzz: no such field in [scheduler], [token_interval], [engine], [sim]. Check its spelling."),
         ("server.port=1", "--grid server.port: [server] cannot be tuned"),
         ("max_num_seqs", "write NAME=V1,V2"),
     ],
@@ -61,6 +66,12 @@ def test_virtual_tune_picks_128_and_async(tmp_path: Path, capsys: pytest.Capture
         assert key in first
     assert {c["limit"] for c in data["candidates"] if c["settings"]["scheduler.max_num_seqs"] == 16} == {"batch_cap"}
     assert "about" in printed and "[4/4]" in printed and "batch_cap" in printed
+    # each candidate's line prints its figures as the table does (1,234 tok/s, not 1234.56 tok/s)
+    lines = [line for line in printed.splitlines() if ": goodput " in line]
+    assert len(lines) == 4, printed
+    for line in lines:
+        tps = re.search(r"output (\S+) tok/s", line)
+        assert tps is not None and re.fullmatch(r"\d{1,3}(,\d{3})*", tps.group(1)), line
     assert (out / "report.html").read_text().count("<tr>") == 5 and (out / "tune.png").is_file()
 
 

@@ -20,7 +20,7 @@ from zerogap.interrupts import stop_on_signals
 from zerogap.tune.estimate import estimate
 from zerogap.tune.grid import Candidate, candidates, parse_axis
 from zerogap.tune.rank import Result, rank
-from zerogap.tune.render import table, write_all
+from zerogap.tune.render import number, table, write_all
 from zerogap.tune.runner import run_real
 from zerogap.tune.toml_text import paste_lines
 from zerogap.tune.trial import Trial
@@ -77,9 +77,10 @@ def _run_all(found: list[Candidate], trial: Trial, out_dir: Path) -> list[Result
         else:
             result = run_real(candidate, trial, out_dir, f"candidate{i}")
         j = result.as_json()
+        goodput, tps = number(j["goodput_rps"], ".2f"), number(j["output_tps"], ",.0f")  # as the table prints them
         print(
-            f"zerogap tune [{i}/{len(found)}] {candidate.label}: goodput {j['goodput_rps']} req/s, output "
-            f"{j['output_tps']} tok/s at {j['best_concurrency']:g}, limit {j['limit']} ({result.elapsed_s:.1f} s)",
+            f"zerogap tune [{i}/{len(found)}] {candidate.label}: goodput {goodput} req/s, output {tps} tok/s "
+            f"at {number(j['best_concurrency'], 'g')}, limit {j['limit']} ({result.elapsed_s:.1f} s)",
             flush=True,
         )
         results.append(result)

@@ -3,6 +3,7 @@ config.toml's own model (the same messages as a bad config.toml) before anything
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import tomllib
 from dataclasses import dataclass
@@ -66,11 +67,21 @@ def parse_axis(item: str) -> Axis:
     if section and section not in SECTIONS:
         raise ConfigError(f"--grid {name}: [{section}] cannot be tuned. Use a field of " + _sections() + ".")
     if not owners or field not in _fields(owners[0]):
-        raise ConfigError(f"--grid {name}: no such field in {_sections()}. Check its spelling.")
+        raise ConfigError(f"--grid {name}: no such field in {_sections()}. {_suggest(section, field)}")
     if len(owners) > 1:
         raise ConfigError(f"--grid {name}: in {', '.join(owners)}; name one: --grid {owners[0]}.{field}=...")
     parsed = tuple(_value(text.strip()) for text in values.split(","))
     return Axis(owners[0], field, parsed)
+
+
+def _suggest(section: str, field: str) -> str:
+    """The closest field of the tunable sections (of the one named, if one is), as config.toml's errors
+    suggest one: "Did you mean max_num_seqs?"; else a word to check the spelling."""
+    names = {f"{s}.{f}" if section else f: f for s in ([section] if section else SECTIONS) for f in _fields(s)}
+    close = difflib.get_close_matches(f"{section}.{field}" if section else field, list(names), n=1, cutoff=0.6)
+    if not close:
+        return "Check its spelling."
+    return f"Did you mean `{close[0]}`? (--grid {close[0]}=...)"
 
 
 def _sections() -> str:

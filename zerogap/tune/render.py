@@ -16,7 +16,8 @@ from zerogap.tune.toml_text import paste_lines
 from zerogap.tune.trial import Trial
 
 
-def _num(value: Any, spec: str) -> str:
+def number(value: Any, spec: str) -> str:
+    """A figure as the table prints it ("-" when there is none)."""
     return "-" if value is None else format(value, spec)
 
 
@@ -32,9 +33,9 @@ def table(ranked: list[Result]) -> str:
         j = r.as_json()
         gpu = j["gpu_util"]["mean"] if isinstance(j["gpu_util"], dict) else None
         lines.append(
-            f"{place:>2} {r.candidate.label:<{width}} {_num(j['goodput_rps'], '.2f'):>7} "
-            f"{_num(j['output_tps'], ',.0f'):>10} {_num(j['best_concurrency'], 'g'):>5} "
-            f"{_num(_p50(j['ttft_ms']), '.1f'):>9} {_num(_p50(j['tpot_ms']), '.1f'):>9} {_num(gpu, '.0f'):>4}%  "
+            f"{place:>2} {r.candidate.label:<{width}} {number(j['goodput_rps'], '.2f'):>7} "
+            f"{number(j['output_tps'], ',.0f'):>10} {number(j['best_concurrency'], 'g'):>5} "
+            f"{number(_p50(j['ttft_ms']), '.1f'):>9} {number(_p50(j['tpot_ms']), '.1f'):>9} {number(gpu, '.0f'):>4}%  "
             f"{j['limit']}: {j['evidence']}"
         )
     return "\n".join(lines)
