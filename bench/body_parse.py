@@ -5,8 +5,8 @@ integers, token ids, floats, strings of escapes, surrogate pairs, many keys, one
 largest bodies within the gateway's budget (gateway/body_scan.py), and ordinary chat bodies.
 Columns, milliseconds of event-loop time per body (best of --repeat; the value freed included):
   json      Python's json with the gateway's previous hooks (NaN, overflow): the old decoder's core
-  old       the gateway's previous decode_object, whole (json_errors._decode_with_json: json,
-            then the depth walk and the surrogate check)
+  prev      with --previous FILE: that file's decode_object (the gateway's strict_json.py of an
+            earlier commit, which decoded every body whatever its shape)
   orjson    orjson.loads alone, no gateway check (if orjson is installed; not a dependency)
   msgspec   msgspec's decoder alone, no budget
   thread    msgspec in a worker thread: the loop's longest stall meanwhile (a 1 ms ticker's
@@ -15,13 +15,15 @@ Columns, milliseconds of event-loop time per body (best of --repeat; the value f
             longest chunk's time (the loop's step), then `+` the total over the chunks
   new       decode_object on the scanned body: the budget's refusal, or msgspec and the checks
 
-    .venv/bin/python -m bench.body_parse [--repeat 5] [--quick]
+    git show a200f7e:gateway/strict_json.py > /tmp/prev_strict_json.py  # before issue 35
+    .venv/bin/python -m bench.body_parse [--repeat 5] [--quick] [--previous /tmp/prev_strict_json.py]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import threading
 import time
@@ -141,25 +143,34 @@ def thread_stall_ms(raw: bytes) -> float:
     return asyncio.run(measure())
 
 
-def old_decode(raw: bytes) -> None:
-    json_errors._decode_with_json(raw)
+def previous(path: str) -> Callable[[bytes], Any]:
+    """decode_object of a strict_json.py of an earlier commit, loaded from `path`."""
+    spec = importlib.util.spec_from_file_location("previous_strict_json", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.decode_object
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="one run of the slow candidates on 4 MiB bodies")
+    parser.add_argument("--previous", help="an earlier commit's gateway/strict_json.py, as a column")
     args = parser.parse_args()
-    names = ["json", "old", *(["orjson"] if orjson else []), "msgspec", "thread", "scan", "new"]
+    before = previous(args.previous) if args.previous else None
+    names = ["json", *(["prev"] if before else []), *(["orjson"] if orjson else []), "msgspec", "thread", "scan", "new"]
     print(f"{'shape':15} {'KiB':>5} " + " ".join(f"{n:>13}" for n in names) + "  new's answer")
     for name, raw in shapes().items():
         slow = 1 if args.quick and len(raw) > MiB else args.repeat
-        print(f"{name:15} {len(raw) // 1024:5} " + row(raw, args.repeat, slow), flush=True)
+        print(f"{name:15} {len(raw) // 1024:5} " + row(raw, args.repeat, slow, before), flush=True)
 
 
-def row(raw: bytes, repeat: int, slow: int) -> str:
+def row(raw: bytes, repeat: int, slow: int, before: Callable[[bytes], Any] | None) -> str:
     """One shape's cells: the candidates' milliseconds, then what the new path answered."""
-    cells = [best_ms(lambda: json_errors._JSON.decode(raw.decode()), slow), best_ms(lambda: old_decode(raw), slow)]
+    cells = [best_ms(lambda: json_errors._JSON.decode(raw.decode()), slow)]
+    if before:
+        cells.append(best_ms(lambda: before(raw), slow))
     if orjson:
         cells.append(best_ms(lambda: orjson.loads(raw), slow))
     cells += [best_ms(lambda: _MSGSPEC.decode(raw), slow), thread_stall_ms(raw)]

@@ -20,6 +20,9 @@ it is refused either way.
 
 from __future__ import annotations
 
+import itertools
+import operator
+
 from gateway.errors import ApiError
 
 MAX_VALUES = 150_000  # values of any kind (a 128k-token prompt as token ids is 131,072 of them)
@@ -36,8 +39,8 @@ _LONG_INT = b"0" * LONG_INT_DIGITS
 class BodyScan:
     """The structure of a body fed chunk by chunk: containers, commas, brackets, long digit runs."""
 
-    __slots__ = ("_brackets", "_digits_tail", "_opens_tail", "commas", "containers", "deep", "escaped",
-                 "in_string", "long_ints")  # fmt: skip
+    __slots__ = ("_digits_tail", "_opens_tail", "commas", "containers", "deep", "depth", "escaped",
+                 "in_string", "long_ints", "max_depth")  # fmt: skip
 
     def __init__(self) -> None:
         self.containers = 0  # `[` and `{` outside strings
@@ -46,7 +49,8 @@ class BodyScan:
         self.long_ints = False  # a run of LONG_INT_DIGITS digits outside strings
         self.in_string = False
         self.escaped = False  # the last chunk ended in a backslash that escapes the next byte
-        self._brackets: list[bytes] = []  # `[` and `]` (objects too), kept while within MAX_CONTAINERS
+        self.depth = 0  # of arrays and objects open at the end of what was fed
+        self.max_depth = 0  # the deepest nesting seen (measured while within MAX_CONTAINERS)
         self._opens_tail = b""
         self._digits_tail = b""
 
@@ -76,8 +80,8 @@ class BodyScan:
         self.containers += structure.count(b"[")
         self.commas += structure.count(b",")
         brackets = structure.translate(None, b",0.")
-        if self.containers <= MAX_CONTAINERS:
-            self._brackets.append(brackets)
+        if self.containers <= MAX_CONTAINERS:  # past it the body is refused: its depth does not matter
+            self._measure_depth(brackets)
         if not self.deep:  # a run may begin in an earlier chunk: its tail goes in front
             self.deep = _DEEP in brackets or _DEEP in self._opens_tail + brackets[:MAX_DEPTH]
             self._opens_tail = _tail(self._opens_tail, brackets, MAX_DEPTH)
@@ -85,9 +89,18 @@ class BodyScan:
             self.long_ints = _LONG_INT in structure or _LONG_INT in self._digits_tail + structure[:LONG_INT_DIGITS]
             self._digits_tail = _tail(self._digits_tail, structure, LONG_INT_DIGITS)
 
-    def brackets(self) -> bytes:
-        """The body's brackets outside strings, `{}` written as `[]` (all of them: within budget)."""
-        return b"".join(self._brackets)
+    def _measure_depth(self, brackets: bytes) -> None:
+        """max_depth and depth past this chunk's brackets. Split at each `]`, a piece is a run of
+        `[`: the depth at its end is the depth before it plus the run, less the `]` before it;
+        running sums in C iteration (no Python step per bracket, about 60 ns a `]`)."""
+        runs = brackets.split(b"]")
+        first = self.depth + len(runs[0])
+        if len(runs) > 1:
+            rest = itertools.accumulate(map(operator.add, map(len, runs[1:]), itertools.repeat(-1)), initial=first)
+            self.max_depth = max(self.max_depth, max(rest))
+        else:
+            self.max_depth = max(self.max_depth, first)
+        self.depth += len(brackets) - 2 * (len(runs) - 1)
 
     def over_budget(self) -> ApiError | None:
         """The 400 for a body with more values or containers than the gateway decodes, else None."""

@@ -22,13 +22,11 @@ is an ApiError 400 whose `param` names the field when it can be told (gateway/js
 from __future__ import annotations
 
 import gc
-import itertools
-import operator
 from typing import Any
 
 import msgspec
 
-from gateway.body_scan import MAX_DEPTH, BodyScan, scan_of
+from gateway.body_scan import MAX_DEPTH, scan_of
 from gateway.json_errors import depth_within, explain, field_name, invalid, too_deep
 
 __all__ = ["MAX_DEPTH", "NAME_DEEP_FIELD_BYTES", "decode_object", "field_name", "int64_outside", "invalid"]
@@ -56,24 +54,9 @@ def decode_object(raw: bytes) -> dict[str, Any]:
             gc.enable()
     if type(body) is not dict:
         raise invalid("The body must be a JSON object.")
-    if scan.containers > MAX_DEPTH and not _brackets_within(scan, MAX_DEPTH):
+    if scan.max_depth > MAX_DEPTH:
         raise too_deep(_deep_field(body) if len(raw) <= NAME_DEEP_FIELD_BYTES else None)
     return body
-
-
-def _brackets_within(scan: BodyScan, max_depth: int) -> bool:
-    """Whether the scan's brackets (balanced: the body decoded) nest at most max_depth levels. A
-    pass of removing `[]` takes off one level, and flat bodies vanish in a pass or two; what is
-    left is measured in one go: split at each `]`, the depth at the end of each run of `[` is the
-    running sum of (run - 1), plus one (C iteration only: about 60 ns a bracket, where passes
-    would take one per level)."""
-    brackets, removed = scan.brackets(), 0
-    while brackets and removed < 2:
-        brackets, removed = brackets.replace(b"[]", b""), removed + 1
-    if brackets:
-        runs = map(operator.add, map(len, brackets.split(b"]")), itertools.repeat(-1))
-        removed += max(itertools.accumulate(runs)) + 1
-    return removed <= max_depth
 
 
 def _deep_field(body: dict[str, Any]) -> str | None:
