@@ -118,6 +118,7 @@ class HealthMonitor:
             log.debug("load scrape of %s failed: %s", backend.name, exc)
             return
         backend.num_reported = parse_queue(text) if status == 200 else 0
+        backend.num_inflight_at_scrape = backend.num_inflight
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(b) for b in self.router.backends))
@@ -141,6 +142,8 @@ class HealthMonitor:
             await asyncio.gather(*checks, return_exceptions=True)
 
     async def scrape_forever(self, interval_s: float) -> None:
+        """Every interval_s, or more often when a routing policy asks (cache_aware: 0.1 s)."""
+        interval_s = self.router.scrape_interval_s(interval_s)
         while True:
             await self.scrape_all()
             await asyncio.sleep(interval_s)

@@ -24,6 +24,7 @@ class Backend:
     healthy: bool = True
     num_inflight: int = 0
     num_reported: int = 0  # running + waiting, scraped from its /metrics
+    num_inflight_at_scrape: int = 0  # num_inflight when num_reported was read
     num_attempts: int = 0  # attempts that ended here (Flights.close): the outlier rates' requests
 
     @classmethod
@@ -32,6 +33,13 @@ class Backend:
 
     def load(self) -> int:
         return self.num_inflight + self.num_reported
+
+    def load_now(self) -> int:
+        """Its requests now, as well as this process knows: what it reported at the last scrape plus
+        this process's requests there since (started less ended); at least this process's own. One
+        unit per request in every process (load() counts this process's requests twice), so with
+        several processes each one's figure is close to the others'."""
+        return max(self.num_inflight, self.num_reported + self.num_inflight - self.num_inflight_at_scrape)
 
 
 class ModelPool:
@@ -111,3 +119,7 @@ class Router:
 
     def ready(self) -> bool:
         return any(b.healthy for b in self.backends)
+
+    def scrape_interval_s(self, configured_s: float) -> float:
+        """How often to scrape the backends' load: the configured interval, or less if a policy asks."""
+        return min([configured_s, *(p.policy.scrape_interval_s for p in self.pools.values())])

@@ -28,6 +28,8 @@ class Candidate(Protocol):
 
     def load(self) -> int: ...
 
+    def load_now(self) -> int: ...
+
 
 B = TypeVar("B", bound=Candidate)
 
@@ -47,6 +49,7 @@ class RoutingPolicy:
     reads_prompt = False  # the relay passes the prompt (else None)
     by_prefix = False  # its decisions count in zerogap_route_decisions_total
     keeps_tables = False  # it exports table_sizes() (zerogap_route_prefix_table_blocks, _bytes)
+    scrape_interval_s = float("inf")  # the backends' load is scraped at least this often
 
     def route(self, candidates: Sequence[B], prompt: Prompt | None) -> Route[B] | None:
         raise NotImplementedError

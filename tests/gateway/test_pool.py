@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.pool import Backend, ModelPool
+from gateway.pool import Backend, ModelPool, Router
+from zerogap.config.gateway import BackendEntry
+from zerogap.config.routing import CacheAwareSection
 
 
 def test_least_load_and_round_robin_choices() -> None:
@@ -35,3 +37,23 @@ def test_panic_routing_uses_every_backend_while_none_is_healthy() -> None:
     assert not pool.panicking() and pool.choose() is a and pool.choose([a]) is None
     off = ModelPool("m", [b, c], "least_load", panic=False)
     assert not off.panicking() and off.choose() is None
+
+
+def test_load_now_adds_this_process_requests_since_the_scrape() -> None:
+    b = Backend("a", "u", "m")
+    b.num_inflight = 4
+    b.num_reported, b.num_inflight_at_scrape = 10, 4  # a scrape: 10 there, 4 of them from here
+    assert b.load_now() == 10 and b.load() == 14  # load() counts this process's requests twice
+    b.num_inflight = 6  # two more sent since
+    assert b.load_now() == 12
+    b.num_inflight = 1  # five of ours ended
+    assert b.load_now() == 7
+    b.num_reported = 0  # an engine that reports nothing: this process's own at least
+    assert b.load_now() == 1
+
+
+def test_a_policy_may_ask_for_fresher_load() -> None:
+    entries = [BackendEntry(name="a", url="http://a", model="m")]
+    assert Router(entries, "least_load").scrape_interval_s(1.0) == 1.0
+    fresh = Router(entries, "cache_aware", CacheAwareSection(load_scrape_interval_s=0.25))
+    assert fresh.scrape_interval_s(1.0) == 0.25 and fresh.scrape_interval_s(0.1) == 0.1

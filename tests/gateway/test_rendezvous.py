@@ -19,7 +19,7 @@ from gateway.routing.registry import POLICIES, make_policy
 from gateway.routing.rendezvous import Rendezvous
 from zerogap.config.routing import CacheAwareSection
 
-SETTINGS = CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25)
+SETTINGS = CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25, load_slack=0)
 NUM_PROMPTS = 2000
 
 
@@ -47,8 +47,8 @@ from gateway.pool import Backend
 from gateway.routing.prefix import Prompt
 from gateway.routing.rendezvous import Rendezvous
 from zerogap.config.routing import CacheAwareSection
-loads, texts = json.loads(sys.stdin.read())
-policy = Rendezvous(CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25))
+settings, loads, texts = json.loads(sys.stdin.read())
+policy = Rendezvous(CacheAwareSection(**settings))
 pool = [Backend(name, f"http://{name}:8000", "m", num_reported=load) for name, load in loads]
 print(json.dumps([policy.route(pool, Prompt(t, 8, 512)).backend.name for t in texts]))
 """
@@ -57,8 +57,9 @@ print(json.dumps([policy.route(pool, Prompt(t, 8, 512)).backend.name for t in te
 def decide_elsewhere(loads: list[tuple[str, int]], texts: list[str], hash_seed: str) -> list[str]:
     """The decisions of a fresh interpreter (its own string-hash seed), given the same loads."""
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    out = subprocess.run([sys.executable, "-c", DECIDE], input=json.dumps([loads, texts]), env=env,
-                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    given = json.dumps([SETTINGS.model_dump(), loads, texts])
+    out = subprocess.run([sys.executable, "-c", DECIDE], input=given, env=env, capture_output=True, text=True,
+                         timeout=60, check=True)  # fmt: skip
     return list(json.loads(out.stdout))
 
 
@@ -125,16 +126,38 @@ def test_a_hot_prefix_spreads_along_its_ranking_within_the_bound() -> None:
     ranking = policy.ranking(pool, key)
     reasons = []
     for _ in range(120):  # every request has the same prefix and none finishes
-        cap = policy.capacity(pool)
+        _, cap = policy.bounds([b.load_now() for b in pool])
         route = policy.route(pool, hot)
         assert route is not None
-        assert route.backend.load() + 1 <= cap  # never past the bound
+        assert route.backend.load_now() + 1 <= cap  # never past the bound
         reasons.append(route.reason)
         route.backend.num_inflight += 1
     assert reasons[0] == AFFINITY and reasons.count(BALANCE) > 60
-    loads = [b.load() for b in ranking]
+    loads = [b.load_now() for b in ranking]
     assert loads[0] >= loads[1] >= loads[2] > 0  # its home first, then its second engine, then the third
     assert max(loads) <= 1.25 * sum(loads) / 3 + 1
+
+
+def test_the_slack_keeps_a_prompt_home_at_low_load() -> None:
+    slack = Rendezvous(CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25, load_slack=3))
+    pool = engines("a", "b", "c")
+    key = prompt(5).key(4)
+    assert key is not None
+    home = slack.ranking(pool, key)[0]
+    home.num_inflight = 3  # mean 4 / 3: hard max(ceil(1.67), 2 + 3) = 5, soft 5 - ceil(0.33) = 4
+    assert slack.bounds([b.load_now() for b in pool]) == (4, 5)
+    route = slack.route(pool, prompt(5))
+    assert route is not None and route.backend is home and route.reason == AFFINITY
+    home.num_inflight = 6  # mean 7 / 3: hard 3 + 3 = 6; a 7th request there is past it
+    route = slack.route(pool, prompt(5))
+    assert route is not None and route.backend is not home and route.reason == BALANCE
+    tight = Rendezvous(SETTINGS)  # no slack: a 4th request there is past ceil(1.25 x 4 / 3) = 2 already
+    home.num_inflight = 3
+    assert tight.bounds([b.load_now() for b in pool]) == (2, 2)
+    route = tight.route(pool, prompt(5))
+    assert route is not None and route.backend is not home
+    many = [40, 30, 20]  # mean 91 / 3: hard ceil(37.9) = 38 (the slack does not count), soft 38 - 7 = 31
+    assert slack.bounds(many) == (31, 38)
 
 
 def test_a_retry_never_returns_to_a_backend_it_tried() -> None:

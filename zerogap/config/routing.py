@@ -27,10 +27,23 @@ class CacheAwareSection(Section):
         "full blocks); prompts alike in these go to the same engine",
     )
     load_factor: float = Field(
-        1.15,
+        1.25,
         ge=1,
-        description="cache_aware: an engine takes a request while its load + 1 is at most this times the mean "
-        "load (+1, rounded up); past it the prompt goes to its next engine",
+        description="cache_aware: no engine takes a request past this times the mean load (this request "
+        "included, rounded up); from the mean up, it hands a growing share of its prompts to their next engine",
+    )
+    load_slack: int = Field(
+        4,
+        ge=0,
+        le=1_000_000,
+        description="cache_aware: the bound is at least this many requests above the mean (a few requests more "
+        "matter less than a prefix moved, at low load)",
+    )
+    load_scrape_interval_s: float = Field(
+        0.1,
+        gt=0,
+        description="cache_aware: the backends' load is scraped at least this often ([gateway] "
+        "load_scrape_interval_s, if lower, wins): every process bounds the load by what it last read",
     )
     max_blocks_per_backend: int = Field(
         65536, ge=1, le=10_000_000, description="cache_aware_local: block hashes remembered per backend (LRU)"
