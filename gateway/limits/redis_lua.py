@@ -75,14 +75,19 @@ return 1
 """
 )
 
-# KEYS: the slots of each lease; ARGV: lease_s, then the lease ids in KEYS' order. XX: a lease
-# released meanwhile (or dropped as expired) is not brought back.
+# KEYS: the slots of each lease; ARGV: lease_s, then the lease ids in KEYS' order. Only a live
+# lease is renewed: one released meanwhile is gone, and one that expired (dropped by HEAD or not
+# yet) has lapsed for good: its slot may already be another request's.
 RENEW = """
 local t = redis.call('TIME')
-local expires = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local expires = now + tonumber(ARGV[1])
 for i, key in ipairs(KEYS) do
-  redis.call('ZADD', key, 'XX', expires, ARGV[i + 1])
-  redis.call('EXPIRE', key, math.ceil(tonumber(ARGV[1])) + 60)
+  local held = redis.call('ZSCORE', key, ARGV[i + 1])
+  if held and tonumber(held) > now then
+    redis.call('ZADD', key, 'XX', expires, ARGV[i + 1])
+    redis.call('EXPIRE', key, math.ceil(tonumber(ARGV[1])) + 60)
+  end
 end
 return #KEYS
 """

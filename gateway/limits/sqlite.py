@@ -128,8 +128,13 @@ class SqliteLimiter:
             self._db.execute("DELETE FROM leases WHERE id = ?", (slot.lease_id,))
 
     async def _renew(self, live: dict[str, str]) -> None:
-        expires = time.monotonic() + self.leases.lease_s
-        self._db.execute("UPDATE leases SET expires = ? WHERE owner = ?", (expires, self.leases.owner))
+        """This process's live leases, lease_s on; one that lapsed stays lapsed (its row may linger until
+        the next admission drops it, but its slot is free: another request may hold it already)."""
+        now = time.monotonic()
+        self._db.execute(
+            "UPDATE leases SET expires = ? WHERE owner = ? AND expires > ?",
+            (now + self.leases.lease_s, self.leases.owner, now),
+        )
 
     async def close(self) -> None:
         await self.leases.close()

@@ -171,3 +171,27 @@ async def test_a_lease_its_process_stops_renewing_lapses(make: Factory) -> None:
             continue
         assert slot is not None
         break
+
+
+@pytest.mark.parametrize("make", ["file", "redis"], indirect=True)
+@pytest.mark.parametrize("taken", [False, True], ids=["not_yet_dropped", "taken_by_another"])
+async def test_a_late_renewal_does_not_bring_a_lapsed_lease_back(make: Factory, taken: bool) -> None:
+    """A lease renewed after it expired (its process's event loop starved past the lease) has lapsed:
+    its slot is free for another request whether or not the store dropped its row yet, and the late
+    renewal brings neither it back nor a second slot for the key."""
+    lease_s = 0.2
+    holder, other = make(lease_s), make(HELD_LEASE_S)
+    who = key(max_concurrency=1)
+    held = await holder.admit(who)
+    assert held is not None
+    await holder.leases.close()  # type: ignore[attr-defined]  # renewed only below, by hand
+    await asyncio.sleep(2 * lease_s)  # lapsed: its expiry was set at admission, lease_s on
+    slot = await other.admit(who) if taken else None
+    await holder.leases._renew(dict(holder.leases.live))  # type: ignore[attr-defined]  # too late
+    if taken:
+        assert (await refusal(other.admit(who))).code == "concurrency_limit"  # one slot: the other's
+        assert slot is not None
+        other.release(slot)
+        await settled(other)
+    slot = await other.admit(who)  # free: the lapsed lease did not come back
+    assert slot is not None
