@@ -16,12 +16,14 @@ and answered in the OpenAI shape; a body still unread and unbounded has its conn
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
 from gateway.asgi import Scope, Send, check_declared_length, client_host, header, send_error
-from gateway.errors import ApiError, unknown_model
+from gateway.errors import LIMIT_OF_CODE, ApiError, unknown_model
 from gateway.limits import Slot, limited_at_head
+from gateway.trace_context import Marks
 
 if TYPE_CHECKING:
     from gateway.auth import Principal
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("zerogap.gateway.admission")
 T = TypeVar("T")
 
-LIMIT_OF_CODE = {"rate_limit_requests": "rpm", "rate_limit_tokens": "tpm", "concurrency_limit": "concurrency"}
 UNKNOWN = "unknown"  # the model label of a model no pool serves or the key may not use
 
 
@@ -59,16 +60,18 @@ def unbounded_body(scope: Scope, max_bytes: int) -> bool:
 
 class Admission:
     """What one request's admission holds and knows: its labels so far, whether its body was read,
-    and its concurrency slot (given back by `release`, whatever way the request ends)."""
+    its concurrency slot (given back by `release`, whatever way the request ends), its ids, and
+    when each step ended (time.monotonic(); the spans of a traced request)."""
 
-    __slots__ = ("backend", "body_read", "key", "model", "slot")
+    __slots__ = ("backend", "body_read", "key", "marks", "model", "slot")
 
-    def __init__(self) -> None:
+    def __init__(self, t0_s: float = 0.0) -> None:
         self.slot: Slot | None = None
         self.body_read = False
         self.model = "none"  # what is known when a request is refused
         self.key = "none"
         self.backend = "none"
+        self.marks = Marks(t0_s)  # its ids (the completion endpoints') and times
 
     def release(self, gw: Gateway) -> None:
         if self.slot is not None:  # the request has really ended: its slot is free
@@ -83,10 +86,12 @@ async def admit_head(gw: Gateway, scope: Scope, admission: Admission) -> Princip
         raise method_not_allowed("POST")
     who = await gw.auth.authenticate(header(scope, b"authorization"), client_host(scope))
     admission.key = who.name
+    admission.marks.auth_s = time.monotonic()
     check_content_type(scope)
     check_declared_length(scope, gw.config.gateway.max_body_bytes)  # 413 before the limits: a refusal takes nothing
     if limited_at_head(who):
         admission.slot = await limit(gw, who, "none", gw.limiter.admit(who))
+    admission.marks.head_s = time.monotonic()
     return who
 
 
@@ -117,4 +122,9 @@ async def refuse(gw: Gateway, scope: Scope, send: Send, exc: ApiError, admission
     log.debug("refused %s model=%s key=%s: %s %s", scope["path"], a.model, a.key, exc.status, exc)
     if not a.body_read and unbounded_body(scope, gw.config.gateway.max_body_bytes):
         exc.headers = {**exc.headers, "Connection": "close"}
+    marks = a.marks
+    if marks.request_id:  # the completion endpoints: the id, and the gateway's time (all of it was)
+        marks.done_s = now = time.monotonic()
+        overhead = f"{1000.0 * (now - marks.t0_s):.3f}"
+        exc.headers = {**exc.headers, "x-request-id": marks.request_id, "x-zerogap-overhead-ms": overhead}
     await send_error(send, exc)

@@ -84,9 +84,10 @@ def _text(choice: object) -> object:
     return choice.get("text") or ""
 
 
-def settle(exchange: Exchange, m: GatewayMetrics, limiter: Limiter, usage: UsageRecorder) -> None:
+def settle(exchange: Exchange, m: GatewayMetrics, limiter: Limiter, usage: UsageRecorder) -> tuple[int, int]:
     """The request's metrics, and its charge: usage, token metrics, and the tpm reservation
-    replaced by what it used. Called once per request, however it ended (the relay's finally)."""
+    replaced by what it used. Called once per request, however it ended (the relay's finally).
+    The prompt and completion tokens charged (the request log's)."""
     call, who, backend = exchange.call, exchange.who, exchange.backend
     status = str(exchange.status)
     m.requests.labels(call.model, backend, who.name, status).inc()
@@ -114,3 +115,4 @@ def settle(exchange: Exchange, m: GatewayMetrics, limiter: Limiter, usage: Usage
             call.path, call.model, who.name, backend, status, ttft_ms, 1000 * (now - exchange.t0_s),
             prompt, completion, "" if charge is None or charge.exact else " (estimated: no usage from the backend)",
         )  # fmt: skip
+    return prompt, completion

@@ -22,7 +22,6 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.asgi import Receive, Send
 from gateway.chunk_writer import httptools_cycle
-from gateway.exchange import SSE_HEADERS
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
@@ -131,8 +130,8 @@ class ClientSide:
 
     async def _keepalive(self) -> None:
         exchange = self.exchange
-        if exchange.start_stream():
-            await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        if exchange.start_stream():  # the head goes before any answer: its overhead is the time until now
+            await self.send({"type": "http.response.start", "status": 200, "headers": exchange.stream_headers()})
         await self.send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
 
     async def _watch_receive(self, receive: Receive) -> None:

@@ -51,7 +51,7 @@ def chat_call(call: Call) -> bool:
 class Transcript:
     """The text of a one-choice stream as relayed, kept as JSON string slices."""
 
-    __slots__ = ("_count", "_key", "done", "finished", "first", "ok", "pieces")
+    __slots__ = ("_count", "_key", "done", "finished", "first", "ok", "pieces", "reason")
 
     def __init__(self, chat: bool) -> None:
         self._key = b'"content":"' if chat else b'"text":"'
@@ -59,6 +59,7 @@ class Transcript:
         self.pieces: list[bytes] = []
         self.ok = True  # False: something seen that a continuation cannot reproduce
         self.finished = False  # a finish_reason came: the answer is whole
+        self.reason = ""  # that finish_reason ("stop", "length", ...)
         self.done = False  # [DONE] came
         self.first = b""  # the first event (its id, created and model are decoded only for a continuation)
 
@@ -79,8 +80,11 @@ class Transcript:
             at = events.find(key, end)
         if num != events.count(self._count) or any(marker in events for marker in _TOOL_OR_REASONING):
             self.ok = False
-        if _FINISHED in events:
+        if not self.finished and (at := events.find(_FINISHED)) >= 0:
             self.finished = True
+            start = at + len(_FINISHED)
+            end = events.find(b'"', start, start + 32)
+            self.reason = events[start:end].decode(errors="replace") if end > start else ""
         if _DONE in events:
             self.done = True
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+# the limit behind each 429 code (zerogap_ratelimited_total's label, the spans' zerogap.limit)
+LIMIT_OF_CODE = {"rate_limit_requests": "rpm", "rate_limit_tokens": "tpm", "concurrency_limit": "concurrency"}
+
 
 class ApiError(Exception):
     """An error the client caused or must know about; becomes {"error": {...}} with `status`."""

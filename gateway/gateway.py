@@ -20,6 +20,7 @@ from gateway.limits.memory import MemoryLimiter
 from gateway.limits.redis import RedisLimiter
 from gateway.limits.sqlite import SHARED_LIMITS_ENV, SqliteLimiter
 from gateway.metrics import GatewayMetrics, multiprocess_dir
+from gateway.observe import Observer
 from gateway.outlier import OutlierDetector
 from gateway.pool import Router
 from gateway.rate_log import log_rates_forever
@@ -64,7 +65,10 @@ class Gateway:
         take_out = functools.partial(self.flights.take_out, cause="outlier")
         self.outlier = OutlierDetector(self.router, g, take_out, self.metrics.outlier_dropped)
         self.drain = Drain(self.flights, g.drain_timeout_s)
-        self.relay = Relay(g, self.client, self.metrics, self.limiter, self.usage, self.flights, self.outlier)
+        self.observer = Observer(config)
+        self.relay = Relay(
+            g, self.client, self.metrics, self.limiter, self.usage, self.flights, self.outlier, self.observer
+        )
         self.monitor = HealthMonitor(
             self.router,
             self.client,
@@ -79,6 +83,7 @@ class Gateway:
     async def start(self) -> None:
         g = self.config.gateway
         await self.store.open()
+        self.observer.start()
         await self.auth.reload()
         await self.monitor.check_all()
         for b in self.router.backends:
@@ -115,6 +120,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.usage.flush()
+        await asyncio.to_thread(self.observer.stop)  # the spans still queued are sent
         await self.limiter.close()
         await self.client.close()
         await self.store.close()

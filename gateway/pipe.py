@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from gateway.asgi import Message, Send
 from gateway.chunk_writer import ChunkWriter, chunk_writer
 from gateway.errors import bare
-from gateway.exchange import SSE_HEADERS
 from gateway.idle import FirstByteWait, IdleWatch
 from gateway.sse import SseFilter
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -141,6 +140,7 @@ class Pipe:
         exchange = self.exchange
         if exchange.first_s is None:  # a continuation's first bytes are not the stream's
             exchange.first_s = self.watch.last_s
+        exchange.answered(self.watch.last_s)
         exchange.status = 200
         exchange.replied = True
         assert self.first_byte is not None
@@ -149,7 +149,8 @@ class Pipe:
         self.flight.streaming(self.watch)
         if not exchange.start_stream():
             return False
-        return self._step({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS}, [data])
+        head = exchange.stream_headers(self.watch.last_s)  # x-zerogap-overhead-ms: known now, sent with the bytes
+        return self._step({"type": "http.response.start", "status": 200, "headers": head}, [data])
 
     def _step(self, message: Message, then: list[bytes]) -> bool:
         """Send message by stepping `send` by hand; True if it did not finish: it broke the stream, or

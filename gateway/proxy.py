@@ -31,16 +31,19 @@ class Completions:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrived_s = time.monotonic()  # TTFT and duration count from here, admission included
         gw: Gateway = scope["app"].state.gateway
-        admission = Admission()
+        admission = Admission(arrived_s)
+        gw.observer.begin(scope, admission.marks)
         try:
             try:
                 exchange, pool = await self._admit(gw, scope, receive, admission)
             except ApiError as exc:
                 await refuse(gw, scope, send, exc, admission)
+                gw.observer.refused(scope, admission.marks, admission.key, admission.model, exc, self.path)
                 return
             except ClientGone:
                 return
             exchange.t0_s = arrived_s
+            gw.observer.admitted(scope, admission.marks, exchange)
             exchange.continue_ok = header(scope, b"x-zerogap-continue") not in NO_CONTINUE
             await serve(gw, exchange, pool, receive, send)
         finally:
@@ -55,10 +58,12 @@ class Completions:
         raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
         admission.body_read = True
         call = parse_call(raw, self.path, self.chat, gw.config.gateway)
+        admission.marks.body_s = time.monotonic()
         pool = admit_model(gw, who, call.model, admission)
         estimate = estimate_tokens(len(raw), call.budget_tokens)
         if who.tpm is not None:
             await limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
+        admission.marks.done_s = time.monotonic()
         return Exchange(who, call, estimate), pool
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator
 
@@ -24,11 +25,13 @@ from gateway.flights import Flight, Flights
 from gateway.idle import IdleWatch
 from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
+from gateway.observe import Observer
 from gateway.outlier import OutlierDetector, RequestFailures
 from gateway.pipe import Pipe
 from gateway.pool import Backend, ModelPool
 from gateway.request import Call
 from gateway.resume import DONE_EVENT, BodyFor, Resume
+from gateway.routing.policy import Route
 from gateway.routing.prefix import Prompt
 from gateway.sse import SHOW_ALL, SseFilter, shown_usage
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
@@ -37,6 +40,7 @@ from zerogap.config.gateway import GatewaySection
 
 log = logging.getLogger("zerogap.gateway.relay")
 
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]{1,32})"')
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 CREDENTIAL_STATUSES = frozenset({401, 403})  # the backend refused the gateway's api_key: not the client's to fix
 OUTLIER_LABELS = frozenset({"connect", "broken", "500", "502", "503", "504"})  # failures that count toward ejection
@@ -72,6 +76,7 @@ class Relay:
         usage: UsageRecorder,
         flights: Flights,
         outlier: OutlierDetector,
+        observer: Observer | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -80,6 +85,7 @@ class Relay:
         self.usage = usage
         self.flights = flights
         self.outlier = outlier
+        self.observer = observer
 
     async def run(self, exchange: Exchange, pool: ModelPool) -> Items:
         tried: list[Backend] = []
@@ -93,11 +99,15 @@ class Relay:
         resume = Resume(call, self.settings.continue_streams and exchange.continue_ok and continuable(call))
         if resume.allowed:
             filt.transcript = Transcript(chat_call(call))
+        exchange.routing = pool.policy.name
         try:
             while len(tried) <= self.settings.max_retries:
-                backend = self._choose(exchange.call, pool, tried, prompt)
-                if backend is None:
+                route_s = time.monotonic()
+                route = self._choose(exchange.call, pool, tried, prompt)
+                if route is None:
                     break
+                backend = route.backend
+                attempt = exchange.attempt(backend.name, route_s, route.reason, resume.broken is not None)
                 if tried:
                     self.metrics.retries.labels(exchange.call.model, backend.name).inc()
                 if not backend.healthy:  # panic routing: none of the model's backends is healthy
@@ -135,11 +145,17 @@ class Relay:
                         continue
                     except AttemptFailed as exc:  # before the first byte (the head, or a stream that ended first)
                         failure = bare(exc)
+                        attempt.outcome = exc.label
                         self._upstream_error(exchange, backend, exc, failures)
                         if not exc.retryable:
                             break
                         continue
+                except (asyncio.CancelledError, GeneratorExit):
+                    attempt.outcome = "client_gone"
+                    raise
                 finally:
+                    attempt.end_s = time.monotonic()
+                    attempt.outcome = attempt.outcome or resume.broken or exchange.error or "ok"
                     backend.num_inflight -= 1
                     self.flights.close(flight)
             if resume.failure is not None and resume.broken is not None:  # no backend could continue the stream
@@ -153,21 +169,26 @@ class Relay:
             yield self._fail(exchange, failure)
         except (asyncio.CancelledError, GeneratorExit):
             exchange.status = 499
+            exchange.error = "client_gone"
             raise
         finally:
-            charging.settle(exchange, self.metrics, self.limiter, self.usage)
+            prompt_tokens, completion_tokens = charging.settle(exchange, self.metrics, self.limiter, self.usage)
+            if self.observer is not None and self.observer.active:
+                if exchange.trace is not None and filt.transcript is not None and filt.transcript.reason:
+                    exchange.finish_reasons = [filt.transcript.reason]
+                self.observer.ended(exchange, prompt_tokens, completion_tokens)
 
     def _prompt(self, call: Call) -> Prompt:
         s = self.settings.cache_aware
         return Prompt.of(call.body, call.path.endswith("/chat/completions"), s.block_chars, s.max_prompt_blocks)
 
-    def _choose(self, call: Call, pool: ModelPool, tried: list[Backend], prompt: Prompt | None) -> Backend | None:
+    def _choose(
+        self, call: Call, pool: ModelPool, tried: list[Backend], prompt: Prompt | None
+    ) -> Route[Backend] | None:
         route = pool.route(tried, prompt)
-        if route is None:
-            return None
-        if pool.policy.by_prefix:
+        if route is not None and pool.policy.by_prefix:
             self.metrics.route.observe(call.model, route)
-        return route.backend
+        return route
 
     def _upstream_error(
         self, exchange: Exchange, backend: Backend, exc: AttemptFailed, failures: RequestFailures
@@ -185,12 +206,12 @@ class Relay:
 
     def _fail(self, exchange: Exchange, failure: AttemptFailed) -> Reply | bytes:
         exchange.status = failure.status
+        exchange.error = failure.label
         exchange.replied = True
         if exchange.started:
             return sse_error(failure.message, code=failure.status)
-        return json_reply(
-            failure.status, json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
-        )
+        body = json.dumps(error_body(failure.message, "upstream_error", None, failure.status)).encode()
+        return json_reply(failure.status, body, exchange.answer_headers())
 
     async def _open(
         self, exchange: Exchange, backend: Backend, flight: Flight, body_for: BodyFor | None = None
@@ -203,6 +224,7 @@ class Relay:
         headers = {"Content-Type": "application/json"}
         if backend.api_key:
             headers["Authorization"] = f"Bearer {backend.api_key}"
+        exchange.upstream_headers(headers)  # x-request-id, traceparent; the attempt is sent from now
         timeout_s = self.settings.first_byte_timeout_s
         try:
             async with asyncio.timeout(timeout_s) as timeout:
@@ -210,6 +232,7 @@ class Relay:
                 try:
                     body = (body_for or exchange.call.body_for)(backend.upstream_model)
                     resp = await self.client.post(backend.url + exchange.call.path, body, headers)
+                    exchange.attempts[-1].status, exchange.attempts[-1].head_s = resp.status, time.monotonic()
                     if resp.status == 200:  # a good start for the outlier rule, as a 5xx is a bad one:
                         self.outlier.success(backend)  # both are known when the headers come
                     try:
@@ -295,8 +318,9 @@ class Relay:
             status = status if 400 <= status < 500 else 502
             body = json.dumps(error_body(message, "upstream_error", None, status)).encode()
         exchange.status = status
+        exchange.error = f"upstream_{status}"
         if not exchange.started:
-            return json_reply(status, body)
+            return json_reply(status, body, exchange.answer_headers())
         return sse_error(message, "invalid_request_error" if status < 500 else "upstream_error", status)
 
     def _whole(self, exchange: Exchange, body: bytes) -> Reply:
@@ -308,7 +332,9 @@ class Relay:
             except ValueError:
                 answer = None
             exchange.charge = charging.of_body(exchange.call, answer)
-        return json_reply(200, body)
+        if exchange.trace is not None and exchange.trace.sampled:
+            exchange.finish_reasons = finish_reasons(body)
+        return json_reply(200, body, exchange.answer_headers())
 
     async def _stream(
         self, exchange: Exchange, resp: UpstreamResponse, flight: Flight, deadline_s: float, filt: SseFilter,
@@ -328,6 +354,7 @@ class Relay:
             if not pipe.relayed:
                 raise self._no_first_byte(flight, pipe, error)
             resume.relayed(self.metrics)
+            exchange.error = None  # a stream continued: no error so far
             if error is None and watch.fired:
                 error = UpstreamError("idle", "idle timeout")
             if error is None and resume.unfinished(filt):
@@ -372,6 +399,7 @@ class Relay:
         return AttemptFailed(502, "empty", f"Backend {name} closed the stream before sending anything.")
 
     def _stream_broken(self, exchange: Exchange, flight: Flight, error: UpstreamError, idle: bool) -> bytes:
+        exchange.error = flight.stop or ("idle" if idle else "broken")
         if idle:
             exchange.status, message = flight.ended(self.settings.idle_timeout_s)
         else:
@@ -381,6 +409,11 @@ class Relay:
             log.warning("backend %s broke the stream: %s", name, error.detail)
             self.outlier.failure(flight.backend, "broken")
         return sse_error(message, code=exchange.status)
+
+
+def finish_reasons(body: bytes) -> list[str]:
+    """The finish reasons of a whole answer, without decoding it again (traced requests only)."""
+    return [m.decode() for m in _FINISH_REASON.findall(body)]
 
 
 def _is_stream(resp: UpstreamResponse) -> bool:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from zerogap.config.base import Section
 from zerogap.config.engine import EngineSection, SchedulerSection, TokenIntervalSection
 from zerogap.config.gateway import BackendEntry, GatewaySection, ServerSection
+from zerogap.config.observability import ObservabilitySection, check_request_log
 from zerogap.config.sim import SimSection
 
 
@@ -20,6 +21,11 @@ class LoggingSection(Section):
     log_tps: bool = Field(False, description="every log_interval_s: each replica's / the gateway's output tok/s")
     log_gpu_util: bool = Field(False, description="with it, each replica's GPU utilization (NVML; the sim's model)")
     log_interval_s: float = Field(10.0, gt=0, description="how often log_tps / log_gpu_util lines are printed")
+    request_log: str = Field("off", description='one JSON line per request: "off", "stdout" or a file path')
+    request_log_max_mb: float = Field(100.0, gt=0, description="a request log file is rotated past this size")
+    request_log_keep: int = Field(5, ge=1, le=1000, description="rotated request log files kept (FILE.1 ...)")
+
+    _request_log = field_validator("request_log")(check_request_log)
 
 
 class Config(Section):
@@ -31,6 +37,7 @@ class Config(Section):
     token_interval: TokenIntervalSection = Field(default_factory=TokenIntervalSection)
     sim: SimSection = Field(default_factory=SimSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
+    observability: ObservabilitySection = Field(default_factory=ObservabilitySection)
 
     _source: str = PrivateAttr("config.toml")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
