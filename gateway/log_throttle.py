@@ -11,8 +11,9 @@ text. An interval with none ends the kind's quiet period: its next line is logge
 
 The lines it holds back (CLIENT_CAUSED): uvicorn's warnings about a request (a malformed request
 line or header, an unsupported Upgrade), the HTTP limits' refusals (gateway/http_limits.py: 431,
-408, too many connections) and failed-auth throttling's block of an address
-(gateway/auth_throttle.py). Lines about the gateway's own state (a backend, the key store) are
+408, too many connections), failed-auth throttling's block of an address
+(gateway/auth_throttle.py) and a keep-alive comment that a leaving client did not take
+(gateway/client_side.py). Lines about the gateway's own state (a backend, the key store) are
 never held back. Per process (each worker of --workers N counts its own)."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ CLIENT_CAUSED: dict[str, Rule] = {
     "uvicorn.error": lambda r: r.levelno >= logging.WARNING,
     "zerogap.gateway.http": lambda r: True,
     "zerogap.gateway.auth": lambda r: r.levelno >= logging.WARNING and str(r.msg).startswith("client %s:"),
+    "zerogap.gateway.client_side": lambda r: r.levelno >= logging.WARNING,
 }
 
 

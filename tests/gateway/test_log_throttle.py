@@ -64,6 +64,30 @@ def test_the_first_line_of_a_kind_then_one_count_per_interval() -> None:
                                             " in the last 0 s]"]  # fmt: skip
 
 
+HELD = [  # (logger, level, template): a client causes them, one per request
+    ("uvicorn.error", logging.WARNING, "Invalid HTTP request received."),
+    ("zerogap.gateway.http", logging.INFO, "%s: %d, closing: %s"),
+    (
+        "zerogap.gateway.auth",
+        logging.WARNING,
+        "client %s: %d failed authentications within %g s: refused (429) for %g s",
+    ),
+    ("zerogap.gateway.client_side", logging.WARNING, "a keep-alive comment could not be sent: %r"),
+]
+NEVER_HELD = [  # about the gateway's own state: every line counts
+    ("zerogap.gateway.auth", logging.WARNING, "key store reachable again: virtual keys are checked against it again"),
+    ("uvicorn.error", logging.INFO, "Started server process [%d]"),
+    ("zerogap.gateway.relay", logging.WARNING, "backend %s answered %s: %r"),
+]
+
+
+def test_the_client_caused_lines_are_held_back_and_the_gateways_own_are_not() -> None:
+    throttle = LogThrottle()
+    for name, level, template in HELD + NEVER_HELD:
+        passed = [throttle.filter(logging.LogRecord(name, level, __file__, 1, template, None, None)) for _ in range(3)]
+        assert passed == ([True, False, False] if (name, level, template) in HELD else [True] * 3), (name, template)
+
+
 def send_raw(port: int, data: bytes, source: str = "127.0.0.1") -> bytes:
     """One request on its own connection, from `source` (any address of 127.0.0.0/8 is this host's)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as sock:
