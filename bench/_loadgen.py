@@ -3,19 +3,22 @@ never part of what is measured): aiohttp on uvloop, `--concurrency` streams kept
 request's tokens counted as they arrive.
 
     python -m bench._loadgen --target direct=http://127.0.0.1:P --target gateway=http://... \
-        --watch gateway=PID --watch upstream=PID [--key-for tenant=KEY] [--rounds 5] [--concurrency 256] \
-        --out rounds.json
+        --watch gateway=PID --watch upstream=PID [--key-for tenant=KEY] [--together gateway,tenant] \
+        [--rounds 5] [--concurrency 256] --out rounds.json
 
 Round after round it drives each target in turn (the order rotates each round, so no target
-always goes first). In each round's measured window it counts the tokens that arrive, takes
-each request's time to first byte (requests that started in the window), and reads the CPU
-seconds of every watched process (/proc) and of itself at the window's two edges.
+always goes first); targets named together in a --together are driven at the same time, in one
+window, each with its own streams and its own key. In each round's measured window it counts
+the tokens that arrive, takes each request's time to first byte (requests that started in the
+window), and reads the CPU seconds of every watched process (/proc) and of itself at the
+window's two edges.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import sys
@@ -94,25 +97,59 @@ async def cpu_window(r: Round, watch: dict[str, list[int]]) -> dict[str, float]:
     return {name: (after[name] - before[name]) / wall_s for name in after}  # share of one core
 
 
-async def run_round(url: str, args: argparse.Namespace, watch: dict[str, list[int]], key: str) -> dict[str, Any]:
+async def run_round(
+    group: list[tuple[str, str]], args: argparse.Namespace, watch: dict[str, list[int]]
+) -> list[dict[str, Any]]:
+    """One window in which each (url, key) of the group gets its own `--concurrency` streams (one
+    target, or several driven at the same time): each one's figures, with the CPU read once."""
     body = json.dumps(
         {"model": "bench", "prompt": "hello there", "stream": True, "max_tokens": args.max_tokens, "ignore_eos": True}
     ).encode()
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
-        r = Round(args.warmup_s, args.round_s)
-        cpu = asyncio.ensure_future(cpu_window(r, watch))
+    first = Round(args.warmup_s, args.round_s)
+    rounds = [first, *(copy.copy(first) for _ in group[1:])]
+    for r in rounds[1:]:
+        r.ttft_s = []
+    sessions = [
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                              headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        for _, key in group
+    ]  # fmt: skip
+    try:
+        cpu = asyncio.ensure_future(cpu_window(first, watch))
         n = args.concurrency
         tasks = [
-            asyncio.ensure_future(worker(session, url, body, r, i * args.spread_s / n)) for i in range(n)
+            asyncio.ensure_future(worker(session, url, body, r, i * args.spread_s / n))
+            for (url, _), session, r in zip(group, sessions, rounds, strict=True) for i in range(n)
         ]  # fmt: skip
         await asyncio.wait(tasks, timeout=args.warmup_s + args.round_s + 30)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         cpu_share = await cpu
-    return {"tps": r.num_tokens / args.round_s, "ttft_s": r.ttft_s, "num_errors": r.num_errors, "cpu": cpu_share}
+    finally:
+        for session in sessions:
+            await session.close()
+    return [
+        {"tps": r.num_tokens / args.round_s, "ttft_s": r.ttft_s, "num_errors": r.num_errors, "cpu": cpu_share}
+        for r in rounds
+    ]
+
+
+def groups(targets: list[str], together: list[str]) -> list[list[str]]:
+    """The targets in the order given, those named together in one --together (NAME,NAME,...)
+    joined into one group at the first one's place."""
+    out: list[list[str]] = [[t] for t in targets]
+    for spec in together:
+        names = [n for n in spec.split(",") if n in targets]
+        if len(names) < 2:
+            continue
+        first = next(g for g in out if names[0] in g)
+        for name in names[1:]:
+            g = next(g for g in out if name in g)
+            if g is not first:
+                first.extend(g)
+                out.remove(g)
+    return out
 
 
 def parse_pairs(items: list[str]) -> dict[str, str]:
@@ -133,27 +170,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--key", default="bench-key", help="the key sent to every target without a --key-for")
     p.add_argument("--key-for", action="append", default=[], help="NAME=KEY: the key sent to this target")
+    p.add_argument(
+        "--together",
+        action="append",
+        default=[],
+        help="NAME,NAME,...: targets driven at the same time in one window, each with its own --concurrency streams",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    targets = list(parse_pairs(args.target).items())
+    urls = parse_pairs(args.target)
     watch = {name: [int(x) for x in pids.split(",")] for name, pids in parse_pairs(args.watch).items()}
     keys = parse_pairs(args.key_for)
+    order = groups(list(urls), args.together)
     results = []
     for i in range(args.rounds):
-        for j in range(len(targets)):
-            name, base = targets[(i + j) % len(targets)]
-            res = uvloop.run(run_round(base + "/v1/completions", args, watch, keys.get(name, args.key)))
-            res.update(kind=name, round=i + 1)
-            results.append(res)
-            shown = " ".join(f"{k}={v:.0%}" for k, v in res["cpu"].items())
-            ttft = sorted(res["ttft_s"])
-            p50_ms = 1000 * ttft[len(ttft) // 2] if ttft else float("nan")
-            print(
-                f"  round {i + 1}: {name:<13} {res['tps']:7.0f} tok/s  TTFT p50 {p50_ms:7.2f} ms  "
-                f"errors={res['num_errors']}  CPU of a core: {shown}",
-                file=sys.stderr,
-                flush=True,
-            )
+        for j in range(len(order)):
+            group = order[(i + j) % len(order)]
+            driven = [(urls[name] + "/v1/completions", keys.get(name, args.key)) for name in group]
+            for name, res in zip(group, uvloop.run(run_round(driven, args, watch)), strict=True):
+                res.update(kind=name, round=i + 1)
+                results.append(res)
+                shown = " ".join(f"{k}={v:.0%}" for k, v in res["cpu"].items())
+                ttft = sorted(res["ttft_s"])
+                p50_ms = 1000 * ttft[len(ttft) // 2] if ttft else float("nan")
+                print(
+                    f"  round {i + 1}: {name:<13} {res['tps']:7.0f} tok/s  TTFT p50 {p50_ms:7.2f} ms  "
+                    f"errors={res['num_errors']}  CPU of a core: {shown}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     Path(args.out).write_text(json.dumps(results))
     return 0
 

@@ -33,7 +33,9 @@ Debian's redis-server, as scripts/setup-system installs it). Each is printed as 
 and against the unified key (`tenant_vs_gateway`: the added TTFT p50 and p99 in ms, the CPU per
 token ratio; redis-server's own CPU per token apart). In `fixed`, a verdict line for each against
 issue 35's goal (at most +0.2 ms TTFT p50 and 1.05x the CPU per token of the unified key, no request
-refused) says PASS or FAIL, and the bench exits 1 when one says FAIL.
+refused) says PASS or FAIL, and the bench exits 1 when one says FAIL. With `--together` the tenant
+targets and the unified key's gateway are driven at the same time, each with its own streams: on a
+machine that others load, the comparison then sees one moment's load rather than two.
 `--baseline DIR` adds a gateway run from another source tree (a `git worktree` or `git archive`
 of an older commit) as one more target: before and after, side by side.
 
@@ -42,7 +44,7 @@ CPU is near a full core is at its limit; the load generator's CPU is printed too
 bench says so when it was the one at its limit (then the figure is a floor, not a limit).
 
     .venv/bin/python -m bench.gateway_overhead [--mode both] [--rounds 5] [--concurrency 256] [--peers ...]
-    .venv/bin/python -m bench.gateway_overhead --mode fixed --rounds 3 --peers tenant,tenant-redis
+    .venv/bin/python -m bench.gateway_overhead --mode fixed --rounds 3 --peers tenant,tenant-redis [--together]
 """
 
 from __future__ import annotations
@@ -249,6 +251,8 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
         cmd += ["--watch", w]
     for name, key in stack.keys.items():
         cmd += ["--key-for", f"{name}={key}"]
+    if args.together and stack.keys:
+        cmd += ["--together", ",".join(["gateway", *stack.keys])]
     subprocess.run(cmd, cwd=REPO, env=stack.env, check=True)
     rounds: list[dict[str, Any]] = json.loads(out.read_text())
     return rounds
@@ -315,6 +319,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-tokens", type=int, help="upstream: tokens per request, on average (default: the mode's)")
     p.add_argument("--tokens-spread", type=int, help="upstream: ± this many tokens (default: the mode's)")
     p.add_argument("--no-nginx", action="store_true", help="leave nginx out (as --peers without nginx)")
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="drive the tenant targets at the same time as the gateway with the unified key, in one window "
+        "(each its own --concurrency streams), instead of one after the other: on a busy machine their "
+        "comparison then sees the same moment's load (their figures vs direct include each other's load)",
+    )
     p.add_argument("--json", help="also write every round and the summary to this file")
     return p.parse_args(argv)
 
@@ -329,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{mode}: {args.concurrency} streams, upstream TTFT {1000 * m['ttft_s']:.0f} ms, a token every "
             f"{1000 * m['interval_s']:g} ms per stream, {m['num_tokens']:g} ± {m['tokens_spread']:g} tokens per "
-            f"request; {args.rounds} rounds of {m['warmup_s']:g}+{m['round_s']:g} s per target; "
+            f"request; {args.rounds} rounds of {m['warmup_s']:g}+{m['round_s']:g} s per target"
+            f"{' (the tenant targets together with the gateway)' if args.together else ''}; "
             f"{os.cpu_count()} cores, load average {load()}",
             file=sys.stderr,
             flush=True,

@@ -147,3 +147,30 @@ def test_a_starved_machine_is_named_beside_the_verdict(capsys: pytest.CaptureFix
     assert "NOTE: load average" in capsys.readouterr().out
     report(rounds(51.1, 0.25), "fixed", "0.0 0.0 0.0")
     assert "NOTE: load average" not in capsys.readouterr().out
+
+
+def test_targets_named_together_share_one_window() -> None:
+    targets = ["direct", "gateway", "nginx", "tenant", "tenant-redis"]
+    assert bench_loadgen.groups(targets, []) == [[t] for t in targets]
+    together = bench_loadgen.groups(targets, ["gateway,tenant,tenant-redis"])
+    assert together == [["direct"], ["gateway", "tenant", "tenant-redis"], ["nginx"]]
+    assert bench_loadgen.groups(targets, ["gateway,workers2"]) == [[t] for t in targets]  # one of them: alone
+
+
+def test_together_asks_the_load_generator_for_the_gateway_and_its_tenants(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    stack = gateway_overhead.Stack(tmp_path, {})
+    stack.targets = ["direct=http://127.0.0.1:1", "gateway=http://127.0.0.1:2", "tenant=http://127.0.0.1:3"]
+    stack.keys = {"tenant": "zg-secret"}
+    seen: list[list[str]] = []
+
+    def run(cmd: list[str], **kwargs: Any) -> None:
+        seen.append(cmd)
+        (tmp_path / "rounds.json").write_text("[]")
+
+    monkeypatch.setattr(gateway_overhead.subprocess, "run", run)
+    for argv in (["--together"], []):
+        args = gateway_overhead.parse(argv)
+        gateway_overhead.drive(stack, gateway_overhead.timing("fixed", args), args)
+    assert seen[0][seen[0].index("--together") + 1] == "gateway,tenant" and "--together" not in seen[1]
