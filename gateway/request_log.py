@@ -49,6 +49,7 @@ class RequestLog:
         self._ino = 0
         self._size = 0
         self._checked_s = 0.0
+        self.check_every_s = CHECK_EVERY_S
         if path is not None:
             self._open()
 
@@ -69,7 +70,7 @@ class RequestLog:
                 os.write(self._fd, line)
                 return
             now = time.monotonic()
-            if now - self._checked_s > CHECK_EVERY_S:
+            if now - self._checked_s >= self.check_every_s:
                 self._checked_s = now
                 self._follow()
             os.write(self._fd, line)
