@@ -67,12 +67,13 @@ def check(raw: bytes, chat: bool) -> None:
     sent: dict[str, Any] = json.loads(call.body_for(None))
     assert sent == json.loads(call.body_for(call.model)) and sent["model"] == call.model
     assert "priority" not in sent
-    if call.stream:
+    if call.stream or call.assembled:  # assembled: streamed upstream, put together for the client
         assert sent["stream_options"] == {
             **sent["stream_options"],
             "include_usage": True,
             "continuous_usage_stats": True,
         }
+        assert call.stream or (sent["stream"] is True and not call.client_wants_usage)
     else:
         assert "stream_options" not in sent and not call.client_wants_usage
     asked = [sent.get("max_tokens"), sent.get("max_completion_tokens")]
