@@ -61,6 +61,7 @@ def test_services_for_one_gpu_host(compose: dict[str, Any]) -> None:
         assert service["image"].startswith("vllm/vllm-openai")
         flags = flag_map(service["command"])
         assert flags.pop("--api-key").startswith("${VLLM_API_KEY:?"), "the key is required (test_compose_secrets.py)"
+        assert flags.pop("--otlp-traces-endpoint") == "http://otel-collector:4317", "vLLM's spans to the collector"
         assert flags == launcher_flags(), "the flags `zerogap backends up` passes"
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
@@ -113,6 +114,21 @@ def test_dockerfile_copies_what_the_image_needs() -> None:
 def test_flag_comparison_can_fail() -> None:
     assert flag_map(["--max-num-seqs=128", "--async-scheduling"]) != launcher_flags()
     assert flag_map(["--gpu-memory-utilization=0.90", "--x", "1"]) == {"--gpu-memory-utilization": "0.9", "--x": "1.0"}
+
+
+def test_the_gateway_and_the_replicas_send_their_spans_to_the_collector(compose: dict[str, Any]) -> None:
+    config = load_config(COMPOSE.parent / "config.toml", env=ENV)
+    services = compose["services"]
+    assert config.observability.otlp_endpoint == "http://otel-collector:4318"
+    assert config.observability.otlp_protocol == "http/protobuf" and config.observability.sample_ratio == 0.1
+    collector = services["otel-collector"]
+    (mount,) = collector["volumes"]
+    assert mount.split(":")[1] in " ".join(collector["command"])
+    pipeline = load_yaml(COMPOSE.parent / mount.split(":")[0])
+    assert pipeline["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
+    assert pipeline["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(":4317")
+    (exporter,) = pipeline["service"]["pipelines"]["traces"]["exporters"]
+    assert pipeline["exporters"][exporter]["endpoint"].split(":")[0] in services  # the trace store, in compose
 
 
 def test_gateway_workers_share_postgres_and_redis(compose: dict[str, Any]) -> None:

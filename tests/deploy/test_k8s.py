@@ -63,6 +63,7 @@ def test_vllm_requests_gpus_and_is_ready_on_health() -> None:
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"
     flags = flag_map(c["args"])
     assert flags.pop("--api-key") == "$(VLLM_API_KEY)", "the key from the Secret (test_k8s_security.py)"
+    assert flags.pop("--otlp-traces-endpoint") == "http://otel-collector.zerogap.svc:4317", "spans to the collector"
     assert flags == launcher_flags(), "the flags `zerogap backends up` passes"
     headless = find("Service", vllm["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None"

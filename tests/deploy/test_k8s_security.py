@@ -46,6 +46,7 @@ EXPECTED: dict[str, Admitted | None] = {
     "postgres": {5432: {"zerogap-gateway"}},
     "prometheus": {9090: {"locust-master"}},
     "locust-master": {5557: {"locust-worker"}, 9646: {"prometheus"}},
+    "otel-collector": {4317: {"zerogap-gateway", "vllm"}, 4318: {"zerogap-gateway", "vllm"}},
     "zerogap-gateway": None,  # the way in
     "locust-worker": None,  # listens on nothing
 }
@@ -173,6 +174,9 @@ def connections() -> list[tuple[str, str]]:
     config = gateway_config()
     out = [("zerogap-gateway", b.url) for b in config.backends]
     out += [("zerogap-gateway", config.gateway.redis_url or ""), ("zerogap-gateway", config.gateway.database_url or "")]
+    out += [("zerogap-gateway", config.observability.otlp_endpoint)]
+    vllm_args = container(find("StatefulSet", "vllm"))["args"]
+    out += [("vllm", a.split("=", 1)[1]) for a in vllm_args if a.startswith("--otlp-traces-endpoint=")]
     for job in prometheus_config()["scrape_configs"]:
         for group in job.get("static_configs", []):
             out += [("prometheus", f"http://{t}") for t in group["targets"]]
