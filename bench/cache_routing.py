@@ -21,25 +21,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from backends.sim.testing import run_sim_process
+from bench._cache_drive import KEY, MODEL, drive
 from bench._cache_report import FINISHED, HITS, QUERIES, TOPOLOGIES, pool_name, report, summarize_round
 from loadtest import Workload, parse_settings
 from zerogap.commands import zerogap_command
@@ -48,89 +45,7 @@ from zerogap.process_group import stop_process
 from zerogap.promtext import sum_samples, sums_by_name
 
 REPO = Path(__file__).resolve().parent.parent
-KEY = "bench-unified-key"
-MODEL = "sim-model"
 DECISIONS = "zerogap_route_decisions_total"
-TOKEN = re.compile(rb'"content":"[^"]')  # a chunk with text (the chat stream opens with an empty one)
-
-
-@dataclass
-class Window:
-    start_s: float
-    end_s: float
-    ttft_s: list[float] = field(default_factory=list)
-    num_tokens: int = 0
-    num_errors: int = 0
-
-    def inside(self, t: float) -> bool:
-        return self.start_s <= t < self.end_s
-
-
-async def one_request(session: aiohttp.ClientSession, url: str, body: bytes, w: Window) -> int:
-    """Stream one answer; its completion tokens (from usage), counted when it ends in the window."""
-    start = time.monotonic()
-    first, tail = True, b""
-    async with session.post(url, data=body) as resp:
-        if resp.status != 200:
-            w.num_errors += 1
-            await resp.read()
-            return 0
-        async for data in resp.content.iter_any():
-            if first and TOKEN.search(data):
-                first = False
-                if w.inside(start):
-                    w.ttft_s.append(time.monotonic() - start)
-            tail = (tail + data)[-4096:]
-    tokens = _completion_tokens(tail)
-    if w.inside(time.monotonic()):
-        w.num_tokens += tokens
-    return tokens
-
-
-def _completion_tokens(tail: bytes) -> int:
-    for line in reversed(tail.split(b"\n")):
-        if line.startswith(b"data: {") and b'"usage"' in line:
-            usage = json.loads(line[6:]).get("usage") or {}
-            return int(usage.get("completion_tokens") or 0)
-    return 0
-
-
-async def stream_loop(
-    session: aiohttp.ClientSession, urls: list[str], workload: Workload, w: Window, delay_s: float, first: int
-) -> None:
-    """One user, request after request; with several gateway URLs, each request goes to the next."""
-    user = workload.session()
-    turn = itertools.cycle(urls[first % len(urls) :] + urls[: first % len(urls)])
-    await asyncio.sleep(delay_s)
-    while time.monotonic() < w.end_s:
-        try:
-            user.answered(await one_request(session, next(turn), user.body(MODEL), w))
-        except (aiohttp.ClientError, OSError):
-            w.num_errors += 1
-            await asyncio.sleep(0.05)
-
-
-async def drive(
-    urls: list[str], workload: Workload, args: argparse.Namespace, warmup_s: float, measure_s: float,
-    at_start: Callable[[], Any],
-) -> Window:  # fmt: skip
-    """args.streams streams for warmup_s, then measure_s measured (at_start runs in between)."""
-    now = time.monotonic()
-    w = Window(now + warmup_s, now + warmup_s + measure_s)
-    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    timeout = aiohttp.ClientTimeout(total=warmup_s + measure_s + 60)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=headers, timeout=timeout) as s:
-        tasks = [
-            asyncio.ensure_future(stream_loop(s, urls, workload, w, i * args.spread_s / args.streams, i))
-            for i in range(args.streams)
-        ]
-        await asyncio.sleep(max(0.0, w.start_s - time.monotonic()))
-        await asyncio.to_thread(at_start)
-        await asyncio.wait(tasks, timeout=warmup_s + measure_s + 60)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return w
 
 
 def scrape(urls: list[str]) -> list[dict[str, float]]:
@@ -184,6 +99,7 @@ class Pool:
     name: str
     gateway_urls: list[str]
     sim_urls: list[str]
+    logs: list[Path]
 
 
 @contextmanager
@@ -198,17 +114,21 @@ def start_pool(args: argparse.Namespace, tmp: Path, policy: str, topology: str) 
         urls = [s.url for s in sims]
         config = gateway_config(args, tmp / f"gateway-{policy}-{topology}.toml", urls, policy)
         workers, processes = (4, 1) if topology == "w4" else (1, 2) if topology == "p2" else (1, 1)
-        gateway_urls = []
+        gateway_urls: list[str] = []
+        logs: list[Path] = []
         for _ in range(processes):
             port = free_port()
             cmd = zerogap_command("gateway", "--config", str(config), "--port", str(port), "--workers", str(workers))
-            proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            log = tmp / f"gateway-{policy}-{topology}-{port}.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(cmd, cwd=tmp, stdout=out, stderr=subprocess.STDOUT)
+            logs.append(log)
             stack.callback(stop_process, proc)
             gateway_urls.append(f"http://127.0.0.1:{port}")
             wait_ready(gateway_urls[-1], proc)
         if workers > 1:
             time.sleep(args.workers_settle_s)  # the port answers once the first worker listens
-        yield Pool(pool_name(policy, topology), gateway_urls, urls)
+        yield Pool(pool_name(policy, topology), gateway_urls, urls, logs)
 
 
 def make_workload(args: argparse.Namespace, hot_share: float) -> Workload:
@@ -263,6 +183,9 @@ def run_phase(args: argparse.Namespace, hot_share: float, tmp: Path) -> list[dic
                     f"decisions so far { ({k: int(v) for k, v in r['decisions'].items() if v}) }",
                     flush=True,
                 )
+                if r["errors"]:
+                    for log in pool.logs:  # what the gateway said about it
+                        print(f"    {log.name}: " + "\n    ".join(log.read_text(errors="replace").splitlines()[-5:]))
     return results
 
 

@@ -138,6 +138,27 @@ def test_a_hot_prefix_spreads_along_its_ranking_within_the_bound() -> None:
     assert max(loads) <= 1.25 * sum(loads) / 3 + 1
 
 
+def test_an_engine_in_its_band_sheds_whole_prompts_and_the_same_ones() -> None:
+    policy = Rendezvous(SETTINGS)
+    a, b, c = pool = engines("a", "b", "c")
+    b.num_reported = c.num_reported = 20
+    mine = [i for i in range(1500) if (k := prompt(i).key(4)) is not None and policy.ranking(pool, k)[0] is a]
+    kept: dict[int, set[int]] = {}
+    for load in (24, 26, 28):
+        a.num_reported = load
+        soft, hard = policy.bounds([x.load_now() for x in pool])
+        assert soft < load + 1 <= hard  # in its band
+        share = (load + 1 - soft) / (hard - soft + 1)
+        kept[load] = set()
+        for i in mine:
+            route, again = policy.route(pool, prompt(i)), policy.route(pool, prompt(i))
+            assert route is not None and again is not None and route.backend is again.backend
+            if route.backend is a:
+                kept[load].add(i)
+        assert abs(len(kept[load]) / len(mine) - (1 - share)) < 0.08, (load, len(kept[load]) / len(mine), share)
+    assert kept[28] < kept[26] < kept[24]  # a prompt shed at one load is shed at every higher one
+
+
 def test_the_slack_keeps_a_prompt_home_at_low_load() -> None:
     slack = Rendezvous(CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25, load_slack=3))
     pool = engines("a", "b", "c")
