@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,10 +37,24 @@ class RequestFailed(Exception):
         self.kind = kind
 
 
+def traceparent(start_wall: float) -> str:
+    """A W3C traceparent for one request (api.traceparent), sampled: the trace id's first 16 hex digits
+    are the send time in microseconds since the epoch (requests.csv's `start`), the rest random."""
+    return f"00-{int(start_wall * 1e6):016x}{os.urandom(8).hex()}-{os.urandom(8).hex()}-01"
+
+
 class StreamClient:
     def __init__(
-        self, base_url: str, path: str, headers: dict[str, str], connect_s: float, timeout_s: float, stream: bool = True
+        self,
+        base_url: str,
+        path: str,
+        headers: dict[str, str],
+        connect_s: float,
+        timeout_s: float,
+        stream: bool = True,
+        traced: bool = False,
     ) -> None:
+        self.traced = traced  # each request sends a traceparent of its own (api.traceparent)
         parts = urlsplit(base_url)
         self.path = parts.path.rstrip("/") + path
         self.chat = path.endswith("/chat/completions")
@@ -70,6 +85,8 @@ class StreamClient:
         parser = SseParser(self.chat)
         start_wall, start = time.time(), time.perf_counter()
         send_lag_s = None if planned is None else max(0.0, start_wall - planned)
+        if self.traced:
+            self.headers["traceparent"] = traceparent(start_wall)
         kind, detail, end = "", "", None
         try:
             end = self._send_and_read(body, parser)

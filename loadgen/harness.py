@@ -224,7 +224,8 @@ class Harness:
         api = self.settings.api
         stream = self.settings.workload.stream
         path = self.traffic.api_path() if self.traffic is not None else api.path()
-        return StreamClient(self.base_url, path, self.headers, api.connect_timeout_seconds, api.timeout_seconds, stream)
+        timeouts = (api.connect_timeout_seconds, api.timeout_seconds)
+        return StreamClient(self.base_url, path, self.headers, *timeouts, stream, traced=api.traceparent)
 
     def wait_turn(self) -> None:
         """A starting user's wait for its turn at the spawn rate (loadgen/spawn_pacer.py)."""

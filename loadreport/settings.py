@@ -45,6 +45,9 @@ class ApiSection(_Section):
     max_retries: int = Field(
         0, ge=0, le=20, description="retries of a request that failed before its first byte (connect, 429, 5xx)"
     )
+    traceparent: bool = Field(
+        False, description="each request sends a sampled W3C traceparent (its trace id starts with the send time)"
+    )
 
     @model_validator(mode="before")
     @classmethod
