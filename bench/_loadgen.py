@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 
 TOKEN = b'":" t'  # each token is " tK" in `"text":" tK"`
+OVERHEAD_HEADER = "x-zerogap-overhead-ms"  # the gateway's: its own time before the head went, upstream waits left out
 
 
 def cpu_s(pid: int) -> float:
@@ -46,6 +47,7 @@ class Round:
         self.measure_to = self.measure_from + measure_s
         self.num_tokens = 0
         self.ttft_s: list[float] = []
+        self.overhead_ms: list[float] = []  # the gateway's own time before the head (x-zerogap-overhead-ms)
         self.num_errors = 0
 
     def in_window(self, t: float) -> bool:
@@ -66,6 +68,8 @@ async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes, r: R
                 first = False
                 if r.in_window(start):
                     r.ttft_s.append(now - start)
+                    if (overhead := resp.headers.get(OVERHEAD_HEADER)) is not None:
+                        r.overhead_ms.append(float(overhead))
             if r.in_window(now):
                 r.num_tokens += data.count(TOKEN)
             elif now >= r.measure_to:
@@ -108,7 +112,7 @@ async def run_round(
     first = Round(args.warmup_s, args.round_s)
     rounds = [first, *(copy.copy(first) for _ in group[1:])]
     for r in rounds[1:]:
-        r.ttft_s = []
+        r.ttft_s, r.overhead_ms = [], []
     sessions = [
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                               headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
@@ -130,7 +134,13 @@ async def run_round(
         for session in sessions:
             await session.close()
     return [
-        {"tps": r.num_tokens / args.round_s, "ttft_s": r.ttft_s, "num_errors": r.num_errors, "cpu": cpu_share}
+        {
+            "tps": r.num_tokens / args.round_s,
+            "ttft_s": r.ttft_s,
+            "overhead_ms": r.overhead_ms,
+            "num_errors": r.num_errors,
+            "cpu": cpu_share,
+        }
         for r in rounds
     ]
 

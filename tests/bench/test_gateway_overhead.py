@@ -24,7 +24,9 @@ def a_round(kind: str, n: int, ttft_ms: float, cpu: float, tps: float = 5000.0, 
     """One target's round: `cpu` is its process's share of a core (and redis-server's a tenth of it)."""
     process = {"direct": "upstream"}.get(kind, kind)
     shares = {"upstream": 0.1, "loadgen": 0.2, "redis": cpu / 10, process: cpu}
-    return {"kind": kind, "round": n, "tps": tps, "ttft_s": [ttft_ms / 1000] * 9, "num_errors": errors, "cpu": shares}
+    overhead_ms = [] if kind == "direct" else [ttft_ms - 50.0] * 9  # a gateway's header: its own time
+    return {"kind": kind, "round": n, "tps": tps, "ttft_s": [ttft_ms / 1000] * 9, "overhead_ms": overhead_ms,
+            "num_errors": errors, "cpu": shares}  # fmt: skip
 
 
 def rounds(tenant_ttft_ms: float, tenant_cpu: float, errors: int = 0, kind: str = "tenant") -> list[dict[str, Any]]:
@@ -46,6 +48,8 @@ def test_the_tenant_figures_are_taken_against_the_unified_key_within_each_round(
     assert f["tenant-redis_vs_gateway.cpu_per_token_ratio"] == pytest.approx([1.2] * 3)
     assert f["tenant-redis.redis_cpu_us_per_token"] == pytest.approx([6.0] * 3)  # 0.03 of a core at 5,000 tok/s
     assert "tenant.redis_cpu_us_per_token" not in f
+    assert f["tenant_vs_gateway.added_overhead_p50_ms"] == pytest.approx([0.5, 0.5, 0.5])  # x-zerogap-overhead-ms
+    assert f["gateway.overhead_p50_ms"] == pytest.approx([1.01, 1.02, 1.03]) and "direct.overhead_p50_ms" not in f
 
 
 def test_the_verdict_passes_within_the_goal_and_fails_past_either_bound() -> None:
@@ -56,7 +60,7 @@ def test_the_verdict_passes_within_the_goal_and_fails_past_either_bound() -> Non
 
     assert line(51.0 + GOAL_TTFT_MS - 0.05, 0.25 * GOAL_CPU_RATIO - 0.001).endswith(": PASS")
     too_slow = line(51.0 + GOAL_TTFT_MS + 0.05, 0.25)
-    assert too_slow.endswith(": FAIL") and "TTFT p50 +0.25 ms (goal <= 0.2 ms)" in too_slow
+    assert too_slow.endswith(": FAIL") and "TTFT p50 +0.25 ms [the gateway's own time +0.250 ms] (goal" in too_slow
     too_costly = line(51.0, 0.25 * GOAL_CPU_RATIO + 0.002)
     assert too_costly.endswith(": FAIL") and "CPU per token 1.058x (goal <= 1.05x)" in too_costly
     refused = line(51.0, 0.25, errors=3)  # a refusal is cheaper than a relay: not the cost of admission
@@ -68,6 +72,7 @@ def test_the_report_prints_a_verdict_in_fixed_mode_only(capsys: pytest.CaptureFi
     summary = report(rounds(53.0, 0.25), "fixed", "0.1 0.1 0.1")
     out = capsys.readouterr().out
     assert summary["tenant.verdict"] == "FAIL" and "verdict tenant vs the unified key: TTFT p50 +2.00 ms" in out
+    assert "[the gateway's own time +2.000 ms] (goal <= 0.2 ms)" in out
     assert "| tenant | 1.000 | +3.02 ms |" in out  # its row vs direct in the table
     summary = report(rounds(53.0, 0.25), "saturate", "0.1 0.1 0.1")  # TTFT at a relay's limit: no goal
     assert "tenant.verdict" not in summary and "verdict" not in capsys.readouterr().out
