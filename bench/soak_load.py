@@ -118,8 +118,9 @@ class Client:
             body = await resp.read()
         if kind == "upstream_500":  # retried, then a clean 502 with the error body
             ok = resp.status == 502 and body.startswith(b'{"error"')
-        else:  # the error event, then [DONE]
-            ok = resp.status == 200 and b'"error"' in body and body.rstrip().endswith(DONE)
+        else:  # continued on another backend (whole: t0 .. t15), or, where none could, the error event
+            whole = all(b'"content":" t%d"' % i in body for i in range(16)) and b'"error"' not in body
+            ok = resp.status == 200 and body.rstrip().endswith(DONE) and (whole or b'"error"' in body)
         tally.count(kind, ok, f"{resp.status} {body[-200:]!r}")
 
     async def bad(self, tally: Tally) -> None:
