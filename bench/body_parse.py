@@ -15,7 +15,8 @@ value freed included:
             lateness): the GIL is held through the whole C call, so a thread frees nothing
   scan      the new path's scan of the body in 64 KiB chunks, as read_body makes it: the
             longest chunk's time (the loop's step), then `+` the total over the chunks
-  new       decode_object on the scanned body: the budget's refusal, or msgspec and the checks
+  new       decode_object on the scanned body (the budget's refusal, or msgspec and the checks),
+            then the walk for integers beyond 64 bits where the scan calls for it
 
     git show a200f7e:gateway/strict_json.py > /tmp/prev_strict_json.py  # before issue 35
     .venv/bin/python -m bench.body_parse [--repeat 5] [--quick] [--previous /tmp/prev_strict_json.py] [--clock wall]
@@ -37,7 +38,7 @@ import msgspec
 from gateway import json_errors
 from gateway.body_scan import MAX_CONTAINERS, MAX_VALUES, BodyScan, ScannedBody
 from gateway.errors import ApiError
-from gateway.strict_json import decode_object
+from gateway.strict_json import decode_object, int64_outside
 
 try:
     import orjson  # type: ignore[import-not-found, unused-ignore]
@@ -81,6 +82,7 @@ def shapes() -> dict[str, bytes]:
         "4M text": HEAD + b'"' + b"The quick brown fox, [jumps] {over} the lazy dog. " * (4 * MiB // 52) + b'"}',
         "max token ids": counted(b"123456", MAX_VALUES - 16),
         "max floats": counted(b"0.125", MAX_VALUES - 16),
+        "max 19-digit": counted(b"9123456789012345678", MAX_VALUES - 16),
         "max strings": counted(b'"ab"', MAX_VALUES - 16),
         "max []": counted(b"[]", MAX_CONTAINERS - 16),
         "max deep61": counted(chain, (MAX_CONTAINERS - 16) // 61),
@@ -182,7 +184,7 @@ def row(raw: bytes, repeat: int, slow: int, before: Callable[[bytes], Any] | Non
         cells.append(best_ms(lambda: orjson.loads(raw), slow))
     cells += [best_ms(lambda: _MSGSPEC.decode(raw), slow), thread_stall_ms(raw)]
     longest, total, scanned = scan_ms(raw, repeat)
-    new = best_ms(lambda: decode_object(scanned), repeat)
+    new = best_ms(lambda: int64_outside(decode_object(scanned), scanned), repeat)
     try:
         decode_object(scanned)
         answer = "decoded"

@@ -11,11 +11,11 @@ The count is made as the body arrives: gateway/asgi.py's read_body feeds each ch
 a ScannedBody, the body's bytes with its scan. Strings are cut out by their quotes (escaped
 backslashes and quotes go first; a backslash or a string open at a chunk's end carries over), and
 what is left is structure and numbers: `[`/`{` count containers, `,` the values after a
-container's first. Along the way the scan keeps the brackets (for the depth check, bounded by
-MAX_CONTAINERS), whether 65 opening brackets follow each other (too deep, whatever else), and
-whether a run of 19 or more digits stands outside a string (an integer that may not fit in 64
-bits: only then are the decoded values walked). A body that is not valid JSON may be miscounted;
-it is refused either way.
+container's first. Along the way the scan measures the depth (running sums over the brackets,
+while within MAX_CONTAINERS), notes 65 opening brackets in a row (too deep, whatever else), and
+reads the digits of any number of 19 digits or more (the first LONG_INTS_READ of them): only a
+body with an integer beyond 64 bits has its decoded values walked for the integer's path. A body
+that is not valid JSON may be miscounted; it is refused either way.
 """
 
 from __future__ import annotations
@@ -34,25 +34,32 @@ _STRUCTURE = bytes.maketrans(b"{}0123456789.eE+-", b"[]0000000000.....")
 _NOT_STRUCTURE = bytes(set(range(256)) - set(b"[]{},0123456789.eE+-"))
 _DEEP = b"[" * (MAX_DEPTH + 1)
 _LONG_INT = b"0" * LONG_INT_DIGITS
+_DIGIT_RUNS = bytes(b if b in b"0123456789-" else 32 for b in range(256)).translate(
+    bytes.maketrans(b"123456789", b"000000000")
+)  # digits as 0, a minus as it is, every other byte a space (positions kept)
+_FLOAT_PARTS = (b".", b"e", b"E", b"+")
+LONG_INTS_READ = 16  # long numbers read exactly per body; past them the decoded values are walked
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class BodyScan:
     """The structure of a body fed chunk by chunk: containers, commas, brackets, long digit runs."""
 
-    __slots__ = ("_digits_tail", "_opens_tail", "commas", "containers", "deep", "depth", "escaped",
+    __slots__ = ("_digits_tail", "_long_read", "_opens_tail", "commas", "containers", "deep", "depth", "escaped",
                  "in_string", "long_ints", "max_depth")  # fmt: skip
 
     def __init__(self) -> None:
         self.containers = 0  # `[` and `{` outside strings
         self.commas = 0  # `,` outside strings
         self.deep = False  # more than MAX_DEPTH opening brackets in a row: too deep for sure
-        self.long_ints = False  # a run of LONG_INT_DIGITS digits outside strings
+        self.long_ints = False  # maybe an integer beyond 64 bits (outside strings): walk the values
         self.in_string = False
         self.escaped = False  # the last chunk ended in a backslash that escapes the next byte
         self.depth = 0  # of arrays and objects open at the end of what was fed
         self.max_depth = 0  # the deepest nesting seen (measured while within MAX_CONTAINERS)
         self._opens_tail = b""
         self._digits_tail = b""
+        self._long_read = 0
 
     @property
     def values(self) -> int:
@@ -86,8 +93,32 @@ class BodyScan:
             self.deep = _DEEP in brackets or _DEEP in self._opens_tail + brackets[:MAX_DEPTH]
             self._opens_tail = _tail(self._opens_tail, brackets, MAX_DEPTH)
         if not self.long_ints:
-            self.long_ints = _LONG_INT in structure or _LONG_INT in self._digits_tail + structure[:LONG_INT_DIGITS]
+            if _LONG_INT in self._digits_tail + structure[:LONG_INT_DIGITS]:
+                self.long_ints = True  # cut by the chunk's start: the decoded values will tell
+            elif _LONG_INT in structure:  # a long number: read its digits (most chunks have none)
+                self.long_ints = self._beyond_int64(text)
             self._digits_tail = _tail(self._digits_tail, structure, LONG_INT_DIGITS)
+
+    def _beyond_int64(self, text: bytes) -> bool:
+        """Whether `text` (outside strings) holds an integer beyond 64 bits; True too past
+        LONG_INTS_READ long numbers in the body (the decoded values are walked then)."""
+        runs = text.translate(_DIGIT_RUNS)
+        at = runs.find(_LONG_INT)
+        while at >= 0:
+            if self._long_read >= LONG_INTS_READ:
+                return True
+            self._long_read += 1
+            start, end = runs.rfind(b" ", 0, at) + 1, runs.find(b" ", at)
+            if start == 0 or end < 0:
+                return True  # at the chunk's edge, the number may go on in the next or the last
+            digits = text[start:end].lstrip(b"-")  # a float's part when a point or an exponent is next to it
+            if text[start - 1 : start] not in _FLOAT_PARTS and text[end : end + 1] not in _FLOAT_PARTS:
+                if digits.isdigit() and (
+                    len(digits) > LONG_INT_DIGITS or not INT64_MIN <= int(text[start:end]) <= INT64_MAX
+                ):
+                    return True
+            at = runs.find(_LONG_INT, end)
+        return False
 
     def _measure_depth(self, brackets: bytes) -> None:
         """max_depth and depth past this chunk's brackets. Split at each `]`, a piece is a run of

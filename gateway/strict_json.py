@@ -26,13 +26,13 @@ from typing import Any
 
 import msgspec
 
-from gateway.body_scan import MAX_DEPTH, scan_of
+from gateway.body_scan import INT64_MAX, INT64_MIN, MAX_DEPTH, scan_of
 from gateway.json_errors import depth_within, explain, field_name, invalid, too_deep
 
 __all__ = ["MAX_DEPTH", "NAME_DEEP_FIELD_BYTES", "decode_object", "field_name", "int64_outside", "invalid"]
 
 NAME_DEEP_FIELD_BYTES = 256 * 1024  # a larger body nested too deep is refused without the field's name
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_NUMBERS = (int, float, bool)
 MAX_PATH = 200  # characters of a field path named in a message
 _DECODER = msgspec.json.Decoder()
 
@@ -69,13 +69,16 @@ def _deep_field(body: dict[str, Any]) -> str | None:
 def int64_outside(body: dict[str, Any], raw: bytes) -> tuple[bool, str | None]:
     """Whether an integer beyond 64 bits stands anywhere in `body`, and its path
     (`tools[0].parameters.maximum`; it stops before a key that is not a plain name, and at
-    MAX_PATH characters). The values are walked only when the body's scan saw a run of 19 digits
-    outside strings: a shorter integer always fits."""
+    MAX_PATH characters). The values are walked only when the body's scan read such an integer
+    outside its strings, or past the first LONG_INTS_READ long numbers, or a run of 19 digits or
+    more cut by a chunk's edge. A list of numbers (token ids) is passed by its min and max (C)."""
     if not scan_of(raw).long_ints:
         return False, None
     stack: list[tuple[Any, str, bool]] = [(body, "", False)]
     while stack:
         node, path, stopped = stack.pop()
+        if type(node) is list and _numbers_within_int64(node):
+            continue
         for key, value in node.items() if type(node) is dict else enumerate(node):
             kind = type(value)
             if kind is int:
@@ -93,3 +96,14 @@ def int64_outside(body: dict[str, Any], raw: bytes) -> tuple[bool, str | None]:
                 return True, below or None
             stack.append((value, below, stop))
     return False, None
+
+
+def _numbers_within_int64(items: list[Any]) -> bool:
+    """Whether `items` are numbers all within 64 bits (False: not only numbers, or one beyond)."""
+    if not items or type(items[0]) not in _NUMBERS:
+        return False
+    try:
+        low, high = min(items), max(items)
+    except TypeError:  # numbers and other values
+        return False
+    return type(low) in _NUMBERS and type(high) in _NUMBERS and INT64_MIN <= low and high <= INT64_MAX

@@ -213,7 +213,11 @@ def outside_int64(value: Any) -> bool:
 def test_an_integer_beyond_64_bits_is_found_at_any_depth(value: Any, cuts: list[int]):
     body = {"x": value}
     raw = json.dumps(body).encode()
-    found, path = strict_json.int64_outside(body, ScannedBody(raw, scanned(raw, cuts)))
+    scan = scanned(raw, cuts)
+    assert scan.long_ints >= outside_int64(value)  # the scan never misses one
+    if not cuts:  # and, with no chunk's edge to cut a number, is exact
+        assert scan.long_ints == outside_int64(value)
+    found, path = strict_json.int64_outside(body, ScannedBody(raw, scan))
     assert found == outside_int64(value)
     if found:
         assert path is not None and path.startswith("x")
