@@ -2,8 +2,8 @@
 process and pod that uses it counts against the same buckets and the same concurrency slots
 (the Lua scripts: gateway/limits/redis_lua.py; the slots' leases: gateway/limits/leases.py),
 over one pipelined connection (gateway/limits/resp.py): two scripts awaited per admission (HEAD at
-the headers, TOKENS after the body), and at the request's end the settlement and the release
-written together in the background.
+the headers, TOKENS after the body), and at the request's end the settlement and the release sent
+in the background, in the write of the next admission (or at most resp.BACKGROUND_WAIT_S later).
 
 When Redis cannot be reached, [gateway].on_redis_down decides:
 - "local" (the default): this process counts the limits in its own memory, as if it were alone;

@@ -6,8 +6,11 @@ its locks, a StreamWriter, a Python parser), and its pool of 100 connections ref
 outright ("Too many connections") when a few hundred requests ended at once. This client keeps
 one connection: a command is packed and written at once, its reply is matched by order (Redis
 answers a connection's commands in order), and commands sent in the background (`send(...,
-flush=False)`: the settlements and releases at a request's end) wait for the end of the loop's
-turn so that those of one turn share one write.
+flush=False)`: the settlements and releases at a request's end) wait up to BACKGROUND_WAIT_S for
+the next command that is awaited (the next admission's) and go out in its write, ahead of it: on
+one host every write to Redis wakes redis-server, and costs the gateway about what relaying a few
+tokens does. This process's own later commands always see them first (one connection, in order);
+other processes see a release or a settlement at most BACKGROUND_WAIT_S later.
 
 A command that has waited `timeout_s` for its reply, or a connection that breaks, fails every
 command in flight with redis-py's ConnectionError or TimeoutError (the limiter treats any
@@ -31,6 +34,7 @@ from redis.exceptions import AuthenticationError, ConnectionError, InvalidRespon
 
 Arg = bytes | str | int | float
 _INCOMPLETE = object()
+BACKGROUND_WAIT_S = 0.01  # the longest a background command waits for an awaited one to share its write
 _CRLF = b"\r\n"
 
 
@@ -84,7 +88,8 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.waiting: deque[tuple[asyncio.Future[Any], float]] = deque()  # in the order sent
         self.buffer = b""
-        self.outbox: list[bytes] = []  # background commands of this turn, written together at its end
+        self.outbox: list[bytes] = []  # background commands, written with the next awaited one (or at the wait's end)
+        self.outbox_timer: asyncio.TimerHandle | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.lost: BaseException | None = None
 
@@ -105,13 +110,16 @@ class _Protocol(asyncio.Protocol):
                 self.transport.write(command)
         else:
             if not self.outbox:
-                self.loop.call_soon(self._flush)
+                self.outbox_timer = self.loop.call_at(self.loop.time() + BACKGROUND_WAIT_S, self._flush)
             self.outbox.append(command)
         if self.timer is None:
             self.timer = self.loop.call_at(self.loop.time() + self.timeout_s, self._check)
         return future
 
     def _flush(self) -> None:
+        if self.outbox_timer is not None:
+            self.outbox_timer.cancel()
+            self.outbox_timer = None
         if self.outbox and self.transport is not None and self.lost is None:
             self.transport.write(b"".join(self.outbox))
         self.outbox.clear()
@@ -165,6 +173,9 @@ class _Protocol(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.outbox_timer is not None:
+            self.outbox_timer.cancel()
+            self.outbox_timer = None
         self.outbox.clear()
         while self.waiting:
             future = self.waiting.popleft()[0]

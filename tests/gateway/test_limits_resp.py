@@ -220,8 +220,14 @@ async def test_settle_and_release_at_a_requests_end_share_one_write(connection: 
     try:
         settle = script.background(["zerogap:test:tpm"], [100, 5])
         release = connection.send("ZREM", "zerogap:test:slots", "lease", flush=False)
-        assert protocol_writes == []  # not yet: at the end of this turn
+        assert protocol_writes == []  # not yet: with the next awaited command, or after BACKGROUND_WAIT_S
         await asyncio.gather(settle, release)
-        assert len(protocol_writes) == 1 and protocol_writes[0].count(b"*") >= 2
+        assert len(protocol_writes) == 1 and protocol_writes[0].startswith(b"*6\r\n$7\r\nEVALSHA")
+        assert protocol_writes[0].endswith(b"$5\r\nlease\r\n")
+
+        protocol_writes.clear()  # a request's end, then the next admission: one write, in that order
+        release = connection.send("ZREM", "zerogap:test:slots", "lease", flush=False)
+        assert await connection.send("ECHO", "next") == b"next" and await release == 0
+        assert len(protocol_writes) == 1 and protocol_writes[0].index(b"ZREM") < protocol_writes[0].index(b"ECHO")
     finally:
         protocol.transport = transport
