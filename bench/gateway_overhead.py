@@ -36,6 +36,10 @@ issue 35's goal (at most +0.2 ms TTFT p50 and 1.05x the CPU per token of the uni
 refused) says PASS or FAIL, and the bench exits 1 when one says FAIL. With `--together` the tenant
 targets and the unified key's gateway are driven at the same time, each with its own streams: on a
 machine that others load, the comparison then sees one moment's load rather than two.
+The traced path (`--peers traced`, issue 41): a gateway with [observability] on, `--trace-ratio` (0.1)
+of its requests sampled and exported over OTLP/HTTP to a sink the bench starts (bench/_otlp_sink.py,
+its CPU apart), held against the gateway untraced as the tenants are (`traced_vs_gateway`, and a
+verdict line with the same bounds); `--together` drives it beside the gateway too.
 `--baseline DIR` adds a gateway run from another source tree (a `git worktree` or `git archive`
 of an older commit) as one more target: before and after, side by side.
 
@@ -70,7 +74,7 @@ from bench._peers import (
     nginx_command,
     redis_command,
 )
-from bench._report import TENANTS, TWO_WORKERS, report
+from bench._report import TENANTS, TRACED, TWO_WORKERS, report
 from zerogap.commands import zerogap_command
 from zerogap.net import free_port, wait_for_port
 from zerogap.process_group import stop_process
@@ -89,16 +93,19 @@ MODES = {  # upstream timing, tokens per request (± spread), warm-up and measur
 MODES["workers"] = MODES["saturate"]
 
 
-def gateway_config(tmp: Path, port: int, up_port: int, redis_url: str | None = None) -> Path:
+def gateway_config(
+    tmp: Path, port: int, up_port: int, redis_url: str | None = None, trace_url: str | None = None, ratio: float = 0.1
+) -> Path:
     tmp.mkdir()
     config = tmp / "config.toml"
     shared = f'redis_url = "{redis_url}"\n' if redis_url else ""  # the tenant-redis target's limits
+    traces = f'[observability]\notlp_endpoint = "{trace_url}"\nsample_ratio = {ratio}\n' if trace_url else ""
     config.write_text(
         f'[server]\nport = {port}\napi_key = "${{TAOTOKEN_API_KEY}}"\n'
         f'base_url = "http://127.0.0.1:{port}/api"\n[gateway]\nkey_store = "keys.db"\n'
         "health_interval_s = 3600.0\n"  # checked once at start: the bench measures the relay, not a starved check
         f"{shared}"
-        f'[logging]\nlevel = "warning"\n'
+        f'[logging]\nlevel = "warning"\n{traces}'
         f'[[backends]]\nname = "up"\nurl = "http://127.0.0.1:{up_port}"\nmodel = "bench"\n'
     )
     return config
@@ -169,17 +176,25 @@ class Stack:
         src: Path = REPO,
         tenant: bool = False,
         redis_url: str | None = None,
+        trace_url: str | None = None,
+        ratio: float = 0.1,
     ) -> None:
         """A gateway process; with `tenant`, driven with a virtual key that has limits (TENANT_LIMITS),
         counted in its memory or, with `redis_url`, in that Redis."""
         port = free_port()
-        config = gateway_config(self.tmp / name, port, up_port, redis_url)
+        config = gateway_config(self.tmp / name, port, up_port, redis_url, trace_url, ratio)
         env = {**self.env, "PYTHONPATH": str(src)}
         if tenant:
             self.keys[name] = create_tenant_key(config, env)
         cmd = zerogap_command("gateway", "--config", str(config))
         cmd += ["--workers", str(num_workers)] if num_workers > 1 else []
         self.add(name, cmd, port, cwd=src, env=env)
+
+    def otlp_sink(self) -> str:
+        """An OTLP/HTTP sink for the traced target's spans (its CPU is watched as `otlp-sink`); its URL."""
+        port = free_port()
+        self.add("otlp-sink", [sys.executable, "-m", "bench._otlp_sink", "--port", str(port)], port, target=False)
+        return f"http://127.0.0.1:{port}"
 
     def redis(self, redis: str) -> str:
         """A redis-server for the tenant-redis target (its CPU is watched as `redis`); its URL."""
@@ -214,6 +229,8 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], peers: di
                 stack.gateway("tenant", up_port, tenant=True)
             if "tenant-redis" in peers and mode != "workers":
                 stack.gateway("tenant-redis", up_port, tenant=True, redis_url=stack.redis(peers["tenant-redis"]))
+            if "traced" in peers and mode != "workers":
+                stack.gateway("traced", up_port, trace_url=stack.otlp_sink(), ratio=args.trace_ratio)
             if args.baseline:
                 stack.gateway("baseline", up_port, src=Path(args.baseline).resolve())
             if "nginx" in peers and mode != "workers":
@@ -251,8 +268,9 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
         cmd += ["--watch", w]
     for name, key in stack.keys.items():
         cmd += ["--key-for", f"{name}={key}"]
-    if args.together and stack.keys:
-        cmd += ["--together", ",".join(["gateway", *stack.keys])]
+    together = [*stack.keys, *(t.split("=")[0] for t in stack.targets if t.startswith("traced="))]
+    if args.together and together:
+        cmd += ["--together", ",".join(["gateway", *together])]
     subprocess.run(cmd, cwd=REPO, env=stack.env, check=True)
     rounds: list[dict[str, Any]] = json.loads(out.read_text())
     return rounds
@@ -261,9 +279,9 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
 def choose_peers(args: argparse.Namespace) -> dict[str, str]:
     """The peers of this run, by name: nginx's path, or the name (routers installed on first use)."""
     names = [n for n in args.peers.split(",") if n and n != "none"] if args.peers is not None else list(PEERS)
-    unknown = set(names) - {*PEERS, *TWO_WORKERS, *TENANTS}
+    unknown = set(names) - {*PEERS, *TWO_WORKERS, *TENANTS, *TRACED}
     if unknown:
-        choices = ", ".join([*PEERS, *TWO_WORKERS, *TENANTS])
+        choices = ", ".join([*PEERS, *TWO_WORKERS, *TENANTS, *TRACED])
         raise SystemExit(f"--peers: unknown {', '.join(sorted(unknown))}; choose from {choices}")
     if args.no_nginx and "nginx" in names:
         names.remove("nginx")
@@ -281,7 +299,7 @@ def choose_peers(args: argparse.Namespace) -> dict[str, str]:
                 print(f"redis-server is not installed ({REDIS_INSTALL}): tenant-redis left out", file=sys.stderr)
                 continue
             peers[name] = redis
-        elif name in ("workers2", "tenant"):
+        elif name in ("workers2", "tenant", "traced"):
             peers[name] = name
     for name in install_routers([n for n in names if n in ROUTERS]):
         peers[name] = name
@@ -307,7 +325,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated relays beside the gateway, from {', '.join(PEERS)} and workers2 (a gateway with "
         "--workers 2, at the same load) or nginx2 (nginx with 2 workers), tenant (a gateway driven with a "
         "virtual key with rpm, tpm and max_concurrency, limits in memory) or tenant-redis (the same, limits in "
-        "a redis-server the bench starts), "
+        "a redis-server the bench starts), traced (a gateway with [observability] on, --trace-ratio of its "
+        "requests sampled, exporting to an OTLP/HTTP sink the bench starts), "
         "or none (default: nginx and the routers, those that are installed; "
         "the routers are installed into the bench's own environment on first use)",
     )
@@ -326,6 +345,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "(each its own --concurrency streams), instead of one after the other: on a busy machine their "
         "comparison then sees the same moment's load (their figures vs direct include each other's load)",
     )
+    p.add_argument("--trace-ratio", type=float, default=0.1, help="the traced target's sample_ratio (default 0.1)")
     p.add_argument("--json", help="also write every round and the summary to this file")
     return p.parse_args(argv)
 
