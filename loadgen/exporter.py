@@ -45,14 +45,26 @@ class Exporter:
         self.cpu = Gauge("zerogap_loadtest_cpu_percent", "load-generator CPU, by process", ["process"], registry=reg)
         gpu_help = "GPU utilization as the harness samples it (0 outside a run)"
         self.gpu = Gauge("zerogap_loadtest_gpu_util_percent", gpu_help, registry=reg)
+        # the run's window, for the dashboards' default range (deploy/prometheus/console_libraries/zerogap.lib)
+        start_help = "when the latest run started (unix seconds; 0: none yet)"
+        self.run_start = Gauge("zerogap_loadtest_run_start_seconds", start_help, registry=reg)
+        end_help = "when the latest run ends: its plan's end while it runs, then when it ended (unix seconds; 0: none)"
+        self.run_end = Gauge("zerogap_loadtest_run_end_seconds", end_help, registry=reg)
         self.step.set(-1)  # no test running yet
         self._server: object | None = None
 
-    def run_stopped(self) -> None:
-        """Outside a run the gauges say so (no users, no step, nothing sampled), not the run's last values."""
+    def run_started(self, start_s: float, planned_end_s: float) -> None:
+        self.run_start.set(start_s)
+        self.run_end.set(planned_end_s)
+
+    def run_stopped(self, end_s: float | None = None) -> None:
+        """Outside a run the gauges say so (no users, no step, nothing sampled), not the run's last values;
+        the run's end is when it ended (a run stopped early ends before its plan)."""
         self.users.set(0)
         self.step.set(-1)
         self.gpu.set(0)
+        if end_s is not None:
+            self.run_end.set(end_s)
 
     def observe(self, record: RequestRecord) -> None:
         self.requests.labels(outcome_label(record.error_kind)).inc()

@@ -311,7 +311,7 @@ class Harness:
             self.ending.run_stopped()
         run.stop_greenlets()
         if self.exporter is not None:
-            self.exporter.run_stopped()  # after the greenlets that set the gauges
+            self.exporter.run_stopped(end_s)  # after the greenlets that set the gauges
         if self.is_worker:
             self.run = None
             return

@@ -34,6 +34,7 @@ def sample_timeline(run: Run, user_count: Callable[[], int], exporter: Exporter 
     assert run.sampler is not None
     if exporter is not None:
         exporter.num_steps.set(len(run.plan.steps))
+        exporter.run_started(run.start_s, run.start_s + run.plan.total_s)
     interval_s = run.settings.metrics.sample_interval_ms / 1000.0
     due_s = time.monotonic()
     while True:

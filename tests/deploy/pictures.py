@@ -63,7 +63,8 @@ function graphFacts(graph) {
   var failed = graph.graphTd.querySelector(".prom_graph_error");
   if (graph.rickshawGraph === null && failed === null) { return null; }
   var fact = {expr: graph.params.expr, duration_s: graph.params.duration, end_s: graph.params.endTime,
-              error: failed === null ? null : failed.textContent, domain: null, first_x: null, last_x: null};
+              error: failed === null ? null : failed.textContent, domain: null, first_x: null, last_x: null,
+              first_busy_x: null, last_busy_x: null};
   if (graph.rickshawGraph !== null) {
     fact.domain = graph.rickshawGraph.x.domain();
     graph.rickshawGraph.series.forEach(function (series) {
@@ -71,6 +72,9 @@ function graphFacts(graph) {
         if (point.y === null || !isFinite(point.y)) { return; }
         if (fact.first_x === null || point.x < fact.first_x) { fact.first_x = point.x; }
         if (fact.last_x === null || point.x > fact.last_x) { fact.last_x = point.x; }
+        if (point.y === 0) { return; }
+        if (fact.first_busy_x === null || point.x < fact.first_busy_x) { fact.first_busy_x = point.x; }
+        if (fact.last_busy_x === null || point.x > fact.last_busy_x) { fact.last_busy_x = point.x; }
       });
     });
   }
@@ -129,6 +133,8 @@ class DrawnGraph:
     domain: tuple[float, float] | None
     first_x: float | None
     last_x: float | None
+    first_busy_x: float | None = None  # the first and last x of a value that is not 0 (a run's, for a rate)
+    last_busy_x: float | None = None
 
     @property
     def domain_s(self) -> float:
@@ -140,6 +146,13 @@ class DrawnGraph:
         if self.first_x is None or self.last_x is None or not self.domain_s:
             return 0.0
         return (self.last_x - self.first_x) / self.domain_s
+
+    @property
+    def busy_share(self) -> float:
+        """The share of the x axis between the first and the last value that is not 0 (0 without one)."""
+        if self.first_busy_x is None or self.last_busy_x is None or not self.domain_s:
+            return 0.0
+        return (self.last_busy_x - self.first_busy_x) / self.domain_s
 
 
 @dataclass(frozen=True)
@@ -191,4 +204,6 @@ def _drawn_graph(fact: dict[str, Any]) -> DrawnGraph:
         domain=(float(domain[0]), float(domain[1])) if domain else None,
         first_x=fact["first_x"],
         last_x=fact["last_x"],
+        first_busy_x=fact["first_busy_x"],
+        last_busy_x=fact["last_busy_x"],
     )

@@ -123,8 +123,8 @@ def start_gateway(stack: Stack) -> None:
 
 def start_locust(stack: Stack, steps: list[int], step_s: float) -> subprocess.Popen[bytes]:
     """The real harness, `locust -f loadtest/ --headless`, streaming through the unified key;
-    its exporter (zerogap_loadtest_*) on a free port."""
-    stack.loadtest_port = free_port()
+    its exporter (zerogap_loadtest_*) on a free port (stack.loadtest_port, when one was chosen before)."""
+    stack.loadtest_port = stack.loadtest_port or free_port()
     load_test = {"warmup_seconds": 0, "steps": steps, "step_duration_seconds": step_s}
     load_test["measure_last_seconds"] = step_s / 2
     settings: dict[str, Any] = {
@@ -178,11 +178,11 @@ def prometheus_config(stack: Stack, interval: str = "1s") -> dict[str, Any]:
     return config
 
 
-def start_prometheus(stack: Stack) -> None:
+def start_prometheus(stack: Stack, interval: str = "1s") -> None:
     binary = require_tool("prometheus")
     stack.prometheus_port = free_port()
     config = stack.workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(stack), sort_keys=False))
+    config.write_text(yaml.safe_dump(prometheus_config(stack, interval), sort_keys=False))
     consoles = stack.workdir / "consoles"  # a copy, so that a test can add a page of its own
     shutil.copytree(CONSOLES, consoles)
     cmd = [

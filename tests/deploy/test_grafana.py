@@ -80,14 +80,15 @@ def expr(panel_id: int) -> str:
 
 
 def promtool_test(tmp_path: Path, series: list[tuple[str, list[float]]], checks: list[tuple[str, str, float]]) -> str:
-    """promtool test rules with the recording rules: input series 10 s apart, and for each check
+    """promtool test rules with the recording rules: input series 5 s apart (prometheus.yml's scrape
+    interval, which the rules' 15 s windows are three of), and for each check
     (expression, eval time, value) the one label-less sample it must give; '' when they all pass."""
     test = {
         "rule_files": [str(RULES)],
-        "evaluation_interval": "10s",
+        "evaluation_interval": "5s",
         "tests": [
             {
-                "interval": "10s",
+                "interval": "5s",
                 "input_series": [{"series": s, "values": " ".join(f"{v:g}" for v in vs)} for s, vs in series],
                 "promql_expr_test": [
                     {"expr": e, "eval_time": t, "exp_samples": [{"labels": "{}", "value": v}]} for e, t, v in checks
@@ -114,8 +115,8 @@ def test_step_reads_as_the_console_prints_it(tmp_path: Path) -> None:
     console prints "step 1/2" and "step 2/2"."""
     phases = [("idle", -1, 0, "no users"), ("warm-up", -1, 2, "warm-up"), ("step 1", 0, 2, "1"),
               ("step 2", 1, 4, "2"), ("after the run", -1, 0, "no users")]  # fmt: skip
-    steps = [float(step) for _, step, _, _ in phases for _ in range(6)]  # a minute each
-    users = [float(n) for _, _, n, _ in phases for _ in range(6)]
+    steps = [float(step) for _, step, _, _ in phases for _ in range(12)]  # a minute each (5 s apart)
+    users = [float(n) for _, _, n, _ in phases for _ in range(12)]
     series = [("zerogap_loadtest_step", steps), ("zerogap_loadtest_users", users)]
     values = {"no users": -1.0, "warm-up": 0.0, "1": 1.0, "2": 2.0}
     checks = [(expr(STEP), f"{60 * i + 30}s", values[text]) for i, (_, _, _, text) in enumerate(phases)]
@@ -125,20 +126,20 @@ def test_step_reads_as_the_console_prints_it(tmp_path: Path) -> None:
 
 def test_activity_tiles_fall_to_0_together_when_a_run_ends(tmp_path: Path) -> None:
     """Ten minutes of load, then nothing: Overview's TPS, requests/s and GPU tiles and the Load
-    generator's client TPS and harness GPU tiles are all above 0 during the run and 30 s after it
-    (each over the last minute), and all 0 once a minute has passed: never TPS beside GPU 0 %."""
-    busy, idle = range(60), range(30)  # 10 s apart: 0..590 s busy, 600..890 s idle
+    generator's client TPS and harness GPU tiles are all above 0 during the run and 5 s after it
+    (each over the last 15 s), and all 0 once 30 s have passed: never TPS beside GPU 0 %."""
+    busy, idle = range(120), range(60)  # 5 s apart: 0..595 s busy, 600..895 s idle
     series = [
-        ('zerogap_tokens_total{kind="completion", model="m"}', [500.0 * i for i in busy] + [30000.0 for _ in idle]),
-        ('vllm:generation_tokens_total{backend="b0"}', [500.0 * i for i in busy] + [30000.0 for _ in idle]),
-        ('zerogap_requests_total{model="m", status="200"}', [5.0 * i for i in busy] + [300.0 for _ in idle]),
+        ('zerogap_tokens_total{kind="completion", model="m"}', [250.0 * i for i in busy] + [30000.0 for _ in idle]),
+        ('vllm:generation_tokens_total{backend="b0"}', [250.0 * i for i in busy] + [30000.0 for _ in idle]),
+        ('zerogap_requests_total{model="m", status="200"}', [2.5 * i for i in busy] + [300.0 for _ in idle]),
         ('zerogap_sim_gpu_busy_ratio{backend="b0"}', [0.8 for _ in busy] + [0.0 for _ in idle]),
-        ("zerogap_loadtest_output_tokens_total", [500.0 * i for i in busy] + [30000.0 for _ in idle]),
+        ("zerogap_loadtest_output_tokens_total", [250.0 * i for i in busy] + [30000.0 for _ in idle]),
         ("zerogap_loadtest_gpu_util_percent", [80.0 for _ in busy] + [0.0 for _ in idle]),  # 0 at the test's stop
     ]
     checks: list[tuple[str, str, float]] = []
     for ids in (OVERVIEW_ACTIVITY, LOADTEST_ACTIVITY):
-        checks += [(active(ids), "300s", len(ids)), (active(ids), "620s", len(ids)), (active(ids), "680s", 0)]
+        checks += [(active(ids), "300s", len(ids)), (active(ids), "600s", len(ids)), (active(ids), "630s", 0)]
     assert promtool_test(tmp_path, series, checks) == ""
 
 

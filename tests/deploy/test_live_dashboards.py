@@ -108,7 +108,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_load_reached_the_gateway(live: Stack) -> None:
     """The bounded load ran: the counters move (the dashboards below depend on it)."""
-    tps = finite_values(prom_api(live, "query", query="sum(zerogap:output_tokens:rate1m)")["result"])
+    tps = finite_values(prom_api(live, "query", query="sum(zerogap:output_tokens:rate15s)")["result"])
     assert tps and tps[0] > 0
     limited = prom_api(live, "query", query='sum(zerogap_ratelimited_total{key="limited"})')["result"]
     assert finite_values(limited) and finite_values(limited)[0] >= 1
@@ -216,7 +216,7 @@ def test_load_generator_page_counts_steps_from_one(live: Stack) -> None:
 
 def test_dashboard_check_can_fail(live: Stack, tmp_path: Path) -> None:
     """The same check on a page whose graph and value read a series nobody exports."""
-    page = (CONSOLES / "index.html").read_text().replace("zerogap:output_tokens:rate1m", "zerogap:no_such:series")
+    page = (CONSOLES / "index.html").read_text().replace("zerogap:output_tokens:rate15s", "zerogap:no_such:series")
     page = page.replace("zerogap:gpu_util:avg_ratio", "zerogap:no_such:ratio")  # a graph of one query
     (live.workdir / "consoles" / "broken.html").write_text(page)
     problems = dashboard_problems(live, "broken.html", tmp_path / "broken.png")

@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 # Engine series plus the recording rules built on them.
 VLLM_SERIES = [
     *ENGINE_SERIES,
-    "zerogap:backend_generation_tokens:rate1m",
-    "zerogap:backend_ttft_seconds:quantile1m",
+    "zerogap:backend_generation_tokens:rate15s",
+    "zerogap:backend_ttft_seconds:quantile15s",
 ]
 CHAT = {"messages": [{"role": "user", "content": "Say something about tokens."}]}
 ENGINE_PANELS = ["Running requests", "Waiting requests", "KV cache usage", "Output tokens per second (engines)"]
