@@ -43,7 +43,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class BodyScan:
-    """The structure of a body fed chunk by chunk: containers, commas, brackets, long digit runs."""
+    """The structure of a body fed chunk by chunk: containers, commas, depth, long integers."""
 
     __slots__ = ("_digits_tail", "_long_read", "_opens_tail", "commas", "containers", "deep", "depth", "escaped",
                  "in_string", "long_ints", "max_depth")  # fmt: skip
@@ -137,7 +137,7 @@ class BodyScan:
         """The 400 for a body with more values or containers than the gateway decodes, else None."""
         if self.values <= MAX_VALUES and self.containers <= MAX_CONTAINERS:
             return None
-        if self.deep:
+        if self.deep or self.max_depth > MAX_DEPTH:  # the more useful of the two messages
             message = f"The body nests arrays and objects more than {MAX_DEPTH} levels deep. Send a flatter body."
         else:
             message = (
