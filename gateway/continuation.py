@@ -8,10 +8,9 @@ far. The continuation's chunks are rewritten to read as the first stream's: its 
 and `model`; no second role chunk; usage counting the original prompt and every token relayed
 (the continuation's extra prefill is the gateway's cost, counted apart).
 
-`Transcript` keeps the text relayed so far without decoding a chunk: the compact JSON string of
-each `"content"` (chat) or `"text"` (completions) field, sliced as it passes (about a microsecond
-a chunk); it is decoded only when a continuation is needed. A stream whose chunks carry tool-call
-or reasoning deltas, or JSON it cannot slice, is not continued (it ends with the error event).
+`Transcript` keeps the reads a stream relayed (one list append per read; at most MAX_KEPT_BYTES)
+and decodes them only when a continuation needs the text so far. A stream whose chunks carry
+tool-call or reasoning deltas is not continued (it ends with the error event).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from gateway.request import Call
 _TOOL_OR_REASONING = (b'"tool_calls":', b'"reasoning":', b'"reasoning_content":', b'"function_call":')
 _FINISHED = b'"finish_reason":"'  # a non-null finish reason (null is written without a quote)
 _DONE = b"data: [DONE]"
+MAX_KEPT_BYTES = 4 << 20  # a stream whose relayed events pass this is not continued (its memory is bounded)
 # fields of a request whose answer a continuation could not reproduce (the whole prompt echoed,
 # output constrained by a grammar from its start)
 _NOT_CONTINUED = ("echo", "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
@@ -49,74 +49,65 @@ def chat_call(call: Call) -> bool:
 
 
 class Transcript:
-    """The text of a one-choice stream as relayed, kept as JSON string slices."""
+    """What a one-choice stream relayed, kept as the reads that carried it (a list append per read:
+    nothing is searched or decoded until a continuation needs the text)."""
 
-    __slots__ = ("_count", "_key", "done", "finished", "first", "ok", "pieces", "reason")
+    __slots__ = ("_chat", "num_bytes", "reads")
 
     def __init__(self, chat: bool) -> None:
-        self._key = b'"content":"' if chat else b'"text":"'
-        self._count = b'"content"' if chat else b'"text"'
-        self.pieces: list[bytes] = []
-        self.ok = True  # False: something seen that a continuation cannot reproduce
-        self.finished = False  # a finish_reason came: the answer is whole
-        self.reason = ""  # that finish_reason ("stop", "length", ...)
-        self.done = False  # [DONE] came
-        self.first = b""  # the first event (its id, created and model are decoded only for a continuation)
+        self._chat = chat
+        self.reads: list[bytes] = []  # complete events, as relayed (before usage is cut for the client)
+        self.num_bytes = 0
 
     def feed(self, events: bytes) -> None:
-        """Complete events, as relayed (before usage is cut for the client)."""
-        if not self.first:
-            self.first = events[: events.find(b"\n")] if b"\n" in events else events
-        key = self._key
-        at = events.find(key)
-        num = 0
-        while at >= 0:
-            start = at + len(key)
-            end = _string_end(events, start)
-            if end < 0:
-                break
-            self.pieces.append(events[start:end])
-            num += 1
-            at = events.find(key, end)
-        if num != events.count(self._count) or any(marker in events for marker in _TOOL_OR_REASONING):
-            self.ok = False
-        if not self.finished and (at := events.find(_FINISHED)) >= 0:
-            self.finished = True
-            start = at + len(_FINISHED)
-            end = events.find(b'"', start, start + 32)
-            self.reason = events[start:end].decode(errors="replace") if end > start else ""
-        if _DONE in events:
-            self.done = True
+        if self.num_bytes <= MAX_KEPT_BYTES:
+            self.reads.append(events)
+            self.num_bytes += len(events)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the text can be continued: all of it kept, no tool-call or reasoning deltas."""
+        return self.num_bytes <= MAX_KEPT_BYTES and not any(m in r for r in self.reads for m in _TOOL_OR_REASONING)
+
+    @property
+    def finished(self) -> bool:
+        """A finish_reason came (in the last reads: it comes with the last token)."""
+        return any(_FINISHED in r for r in self.reads[-3:])
+
+    @property
+    def done(self) -> bool:
+        return bool(self.reads) and _DONE in self.reads[-1]
 
     def head(self) -> dict[str, Any] | None:
         """id, created and model of the stream, from its first event."""
+        first = self.reads[0] if self.reads else b""
+        line = first[first.find(b"{") : first.find(b"\n")] if b"\n" in first else first[first.find(b"{") :]
         try:
-            first = json.loads(self.first[self.first.find(b"{") :])
+            event = json.loads(line)
         except ValueError:
             return None
-        if not isinstance(first, dict):
+        if not isinstance(event, dict):
             return None
-        return {k: first[k] for k in ("id", "created", "model") if k in first}
+        return {k: event[k] for k in ("id", "created", "model") if k in event}
 
     def text(self) -> str | None:
-        try:
-            text = json.loads(b'"' + b"".join(self.pieces) + b'"')
-        except ValueError:
-            return None
-        return text if isinstance(text, str) else None
-
-
-def _string_end(data: bytes, start: int) -> int:
-    """The index of the quote that closes the JSON string starting at `start` (-1: none)."""
-    end = data.find(b'"', start)
-    while end >= 0:
-        backslashes = 0
-        while data[end - 1 - backslashes] == 0x5C:  # "\\"
-            backslashes += 1
-        if backslashes % 2 == 0:
-            return end
-        end = data.find(b'"', end + 1)
-    return -1
+        """The answer so far, decoded from every relayed event (None: one that cannot be read)."""
+        key = "content" if self._chat else "text"
+        pieces: list[str] = []
+        for read in self.reads:
+            for line in read.split(b"\n"):
+                if not line.startswith(b"data:") or not line[5:].strip().startswith(b"{"):
+                    continue
+                try:
+                    event = json.loads(line[5:])
+                except ValueError:
+                    return None
+                for choice in event.get("choices") or [] if isinstance(event, dict) else []:
+                    part = (choice.get("delta") if self._chat else choice) if isinstance(choice, dict) else None
+                    piece = part.get(key) if isinstance(part, dict) else None
+                    if isinstance(piece, str):
+                        pieces.append(piece)
+        return "".join(pieces)
 
 
 def continued_body(call: Call, text: str, num_relayed: int, upstream_model: str | None) -> bytes | None:
