@@ -75,6 +75,17 @@ class Transcript:
         return any(_FINISHED in r for r in self.reads[-3:])
 
     @property
+    def reason(self) -> str:
+        """The finish_reason that came ("stop", "length", ...; "" if none)."""
+        for read in reversed(self.reads[-3:]):
+            at = read.rfind(_FINISHED)
+            if at >= 0:
+                start = at + len(_FINISHED)
+                end = read.find(b'"', start)
+                return read[start:end].decode(errors="replace") if end > start else ""
+        return ""
+
+    @property
     def done(self) -> bool:
         return bool(self.reads) and _DONE in self.reads[-1]
 

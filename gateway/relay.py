@@ -357,6 +357,8 @@ class Relay:
             exchange.error = None  # a stream continued: no error so far
             if error is None and watch.fired:
                 error = UpstreamError("idle", "idle timeout")
+            if error is None and filt.errored:
+                error = UpstreamError("error_event", "an error event inside the stream", "sent an error event")
             if error is None and resume.unfinished(filt):
                 error = UpstreamError("broken", "the stream ended without [DONE]", "ended the stream before its end")
             if isinstance(error, UpstreamError):  # the backend broke the stream, or went quiet

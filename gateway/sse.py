@@ -37,6 +37,7 @@ SHOW_ALL: Final = 2  # include_usage and continuous_usage_stats: as the backend 
 
 FIELD = b',"usage":'  # the usage field in compact JSON, after another field (vLLM: after "choices")
 USAGE_ONLY = b'"choices":[]'  # what comes right before it in the final usage-only chunk
+ERROR_EVENT = b'data: {"error"'  # vLLM's error event inside a stream
 USAGE_BYTES = 1024  # what is kept of the last usage field (vLLM's, with its *_details, is under 300)
 
 _OBJECT = rb"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}"  # a JSON object holding objects one level deep (*_details)
@@ -56,13 +57,14 @@ def shown_usage(wants_usage: bool, wants_continuous: bool) -> int:
 
 
 class SseFilter:
-    __slots__ = ("_pending", "_usage", "choices", "num_chunks", "rewriter", "show", "transcript")
+    __slots__ = ("_pending", "_usage", "choices", "errored", "num_chunks", "rewriter", "show", "transcript")
 
     def __init__(self, show: int, choices: ChoiceUsage | None = None) -> None:
         self.show = show
         self.choices = choices  # a stream of several choices is charged per choice (choice_usage.py)
         self.transcript: Transcript | None = None  # the text so far, for a continuation (continuation.py)
         self.rewriter: Rewriter | None = None  # set while a continuation is relayed
+        self.errored = False  # a continuable stream's backend sent an error event: held back, the stream is over
         self.num_chunks = 0  # events with a choice relayed, less role-only openers (counted while no usage came)
         self._usage: bytes | None = None  # the last usage field the backend reported, from its "usage" key on
         self._pending = b""
@@ -84,10 +86,13 @@ class SseFilter:
         if end < len(data):
             self._pending = data[end:]
             data = data[:end]
+        if self.transcript is not None:
+            data = self._held_error(data)
+            if not data:
+                return b""
+            self.transcript.feed(data)
         if self.choices is not None:
             self.choices.feed(data)
-        if self.transcript is not None:
-            self.transcript.feed(data)
         at = data.find(FIELD)
         if at >= 0:
             out = self._usage_in(data, at)
@@ -100,15 +105,30 @@ class SseFilter:
             self.num_chunks += num
         return out
 
+    def _held_error(self, data: bytes) -> bytes:
+        """A stream that may be continued: an error event from the backend (an engine failure
+        inside a 200 stream) is not relayed, nor anything after it; the relay continues the stream
+        elsewhere, or ends it with its own error event."""
+        if self.errored:
+            return b""
+        at = data.find(ERROR_EVENT)
+        if at < 0:
+            return data
+        self.errored = True
+        return data[:at]
+
     def drop_pending(self) -> None:
         """Forget the partial event of a stream that broke (a continuation starts afresh)."""
         self._pending = b""
+        self.errored = False
 
     def rest(self) -> bytes:
         """What is left at the end of the stream (an event without its blank line)."""
         if self.rewriter is not None:
             self._pending += self.rewriter.rest()
         rest, self._pending = self._pending, b""
+        if self.transcript is not None:
+            rest = self._held_error(rest)
         if rest and self.choices is not None:
             self.choices.feed(rest)
         if rest and self.transcript is not None:

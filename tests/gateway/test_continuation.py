@@ -103,3 +103,15 @@ async def test_a_client_may_opt_out_with_a_header(tmp_path) -> None:
     r = Seen(status, raw, 0, 0)
     assert r.error is not None and r.words == WORDS[:6] and len(a.requests) + len(b.requests) == 1
     assert metric(text, "zerogap_continuations_total", outcome="not_continued") == 1
+
+
+async def test_an_error_event_inside_the_stream_is_continued_and_not_relayed(tmp_path) -> None:
+    """vLLM reports an engine failure inside a 200 stream as an error event: the client does not
+    see it; the answer goes on at the other backend."""
+    with UpstreamServer(model="m") as a, UpstreamServer(model="m") as b:
+        with GatewayServer(make_config(tmp_path, [("a", a.url, "m"), ("b", b.url, "m")], QUIET)) as gs:
+            async with session() as s:
+                r = await one(s, gs.url, stream_body(48, fixture={"error_after_tokens": 7}))
+            _, text = await get(gs.url + "/metrics")
+    assert r.finished and r.words == WORDS and r.error is None, r.raw[-300:]
+    assert metric(text, "zerogap_continuations_total", reason="broken", outcome="continued") == 1
