@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
 
 from gateway.pool import Backend, Router
@@ -125,6 +126,7 @@ class HealthMonitor:
 
     async def scrape_all(self) -> None:
         await asyncio.gather(*(self.scrape(b) for b in self.router.backends))
+        self.router.observe_loads(time.monotonic())
 
     async def check_forever(self, interval_s: float) -> None:
         """A check of every backend each interval, each on its own (a late one delays no other)."""

@@ -120,6 +120,11 @@ class Router:
     def ready(self) -> bool:
         return any(b.healthy for b in self.backends)
 
+    def observe_loads(self, now_s: float) -> None:
+        """A scrape of every backend ended: each pool's policy sees what its healthy backends reported."""
+        for pool in self.pools.values():
+            pool.policy.observe({b.url: b.num_reported for b in pool.backends if b.healthy}, now_s)
+
     def scrape_interval_s(self, configured_s: float) -> float:
         """How often to scrape the backends' load: the configured interval, or less if a policy asks."""
         return min([configured_s, *(p.policy.scrape_interval_s for p in self.pools.values())])

@@ -8,7 +8,7 @@ that read the prompt set `reads_prompt` (the relay serializes it only for them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -53,6 +53,9 @@ class RoutingPolicy:
 
     def route(self, candidates: Sequence[B], prompt: Prompt | None) -> Route[B] | None:
         raise NotImplementedError
+
+    def observe(self, reported: Mapping[str, int], now_s: float) -> None:
+        """A scrape of the pool's healthy backends ended: backend URL -> running + waiting reported."""
 
     def forget(self, name: str) -> None:
         """The backend is down or ejected: whatever is known of its cache is gone."""

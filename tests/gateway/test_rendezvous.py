@@ -21,6 +21,7 @@ from zerogap.config.routing import CacheAwareSection
 
 SETTINGS = CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25, load_slack=0)
 NUM_PROMPTS = 2000
+Observed = list[tuple[dict[str, int], float]]  # the reports a policy observed, and when
 
 
 def engines(*names: str) -> list[Backend]:
@@ -47,36 +48,43 @@ from gateway.pool import Backend
 from gateway.routing.prefix import Prompt
 from gateway.routing.rendezvous import Rendezvous
 from zerogap.config.routing import CacheAwareSection
-settings, loads, texts = json.loads(sys.stdin.read())
+settings, observed, loads, texts = json.loads(sys.stdin.read())
 policy = Rendezvous(CacheAwareSection(**settings))
+for reported, now_s in observed:
+    policy.observe(reported, now_s)
 pool = [Backend(name, f"http://{name}:8000", "m", num_reported=load) for name, load in loads]
 print(json.dumps([policy.route(pool, Prompt(t, 8, 512)).backend.name for t in texts]))
 """
 
 
-def decide_elsewhere(loads: list[tuple[str, int]], texts: list[str], hash_seed: str) -> list[str]:
-    """The decisions of a fresh interpreter (its own string-hash seed), given the same loads."""
+def decide_elsewhere(observed: Observed, loads: list[tuple[str, int]], texts: list[str], hash_seed: str) -> list[str]:
+    """The decisions of a fresh interpreter (its own string-hash seed), given the same reports and loads."""
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    given = json.dumps([SETTINGS.model_dump(), loads, texts])
+    given = json.dumps([SETTINGS.model_dump(), observed, loads, texts])
     out = subprocess.run([sys.executable, "-c", DECIDE], input=given, env=env, capture_output=True, text=True,
                          timeout=60, check=True)  # fmt: skip
     return list(json.loads(out.stdout))
 
 
 def test_every_process_decides_alike_given_the_same_loads() -> None:
-    loads = [("e0", 7), ("e1", 3), ("e2", 5), ("e3", 4)]  # uneven: the bound sends some prompts past their home
+    loads = [("e0", 7), ("e1", 3), ("e2", 5), ("e3", 4)]  # uneven: e0 is past the hard bound
+    urls = [f"http://{name}:8000" for name, _ in loads]
+    observed: Observed = [({u: 9 if u == urls[2] else 4 for u in urls}, 0.1 * t) for t in range(8)]  # e2 sheds
     texts = [f"shared system prompt number {i % 40} " * 3 + f"question {i}" for i in range(400)]
     pool = [Backend(name, f"http://{name}:8000", "m", num_reported=load) for name, load in loads]
     policy = Rendezvous(SETTINGS)
+    for reported, now_s in observed:
+        policy.observe(reported, now_s)
+    assert 0.2 < policy.shed[urls[2]] < 0.95 and policy.shed[urls[0]] == 0.0
     here, reasons = [], set()
     for t in texts:
         route = policy.route(pool, Prompt(t, 8, 512))
         assert route is not None
         here.append(route.backend.name)
         reasons.add(route.reason)
-    assert reasons == {AFFINITY, BALANCE} and len(set(here)) == 3  # e0 is past the bound: its prompts go on
-    assert decide_elsewhere(loads, texts, "1") == here
-    assert decide_elsewhere(loads, texts, "2") == here
+    assert reasons == {AFFINITY, BALANCE} and set(here) == {"e1", "e2", "e3"}  # e0 past the bound, e2 shedding
+    assert decide_elsewhere(observed, loads, texts, "1") == here
+    assert decide_elsewhere(observed, loads, texts, "2") == here
 
 
 def test_an_engine_that_leaves_moves_only_its_own_prompts() -> None:
@@ -126,7 +134,7 @@ def test_a_hot_prefix_spreads_along_its_ranking_within_the_bound() -> None:
     ranking = policy.ranking(pool, key)
     reasons = []
     for _ in range(120):  # every request has the same prefix and none finishes
-        _, cap = policy.bounds([b.load_now() for b in pool])
+        cap = policy.hard_bound([b.load_now() for b in pool])
         route = policy.route(pool, hot)
         assert route is not None
         assert route.backend.load_now() + 1 <= cap  # never past the bound
@@ -138,25 +146,40 @@ def test_a_hot_prefix_spreads_along_its_ranking_within_the_bound() -> None:
     assert max(loads) <= 1.25 * sum(loads) / 3 + 1
 
 
-def test_an_engine_in_its_band_sheds_whole_prompts_and_the_same_ones() -> None:
+def test_a_loaded_engine_sheds_whole_prompts_and_takes_them_back() -> None:
     policy = Rendezvous(SETTINGS)
     a, b, c = pool = engines("a", "b", "c")
-    b.num_reported = c.num_reported = 20
     mine = [i for i in range(1500) if (k := prompt(i).key(4)) is not None and policy.ranking(pool, k)[0] is a]
-    kept: dict[int, set[int]] = {}
-    for load in (24, 26, 28):
-        a.num_reported = load
-        soft, hard = policy.bounds([x.load_now() for x in pool])
-        assert soft < load + 1 <= hard  # in its band
-        share = (load + 1 - soft) / (hard - soft + 1)
-        kept[load] = set()
+
+    def kept() -> set[int]:
+        found = set()
         for i in mine:
             route, again = policy.route(pool, prompt(i)), policy.route(pool, prompt(i))
             assert route is not None and again is not None and route.backend is again.backend
             if route.backend is a:
-                kept[load].add(i)
-        assert abs(len(kept[load]) / len(mine) - (1 - share)) < 0.08, (load, len(kept[load]) / len(mine), share)
-    assert kept[28] < kept[26] < kept[24]  # a prompt shed at one load is shed at every higher one
+                found.add(i)
+        return found
+
+    assert kept() == set(mine)  # nothing reported yet: every prompt at home
+    loaded = {a.url: 30, b.url: 15, c.url: 15}  # a reports 1.5x the mean: its share grows each scrape
+    history, t = [kept()], 0.0
+    policy.observe(loaded, t)  # the first report only starts the clock
+    assert kept() == set(mine)
+    for _ in range(3):
+        t += 0.5
+        policy.observe(loaded, t)
+        share = policy.shed.get(a.url, 0.0)
+        history.append(kept())
+        assert abs(len(history[-1]) / len(mine) - (1 - share)) < 0.08, (share, len(history[-1]) / len(mine))
+        assert 0.0 < share and policy.shed[b.url] == policy.shed[c.url] == 0.0
+    assert history[3] < history[2] < history[1] < history[0]  # whole prompts go, the same ones, more each time
+    policy.observe({a.url: 20, b.url: 20, c.url: 20}, t + 0.5)  # even now: the share holds (no flapping)
+    assert policy.shed[a.url] > share - 0.01
+    t += 0.5
+    for _ in range(10):  # a below the mean: its share falls and its prompts come home
+        t += 0.5
+        policy.observe({a.url: 10, b.url: 25, c.url: 25}, t)
+    assert policy.shed[a.url] == 0.0 and kept() == set(mine)
 
 
 def test_the_slack_keeps_a_prompt_home_at_low_load() -> None:
@@ -165,20 +188,19 @@ def test_the_slack_keeps_a_prompt_home_at_low_load() -> None:
     key = prompt(5).key(4)
     assert key is not None
     home = slack.ranking(pool, key)[0]
-    home.num_inflight = 3  # mean 4 / 3: hard max(ceil(1.67), 2 + 3) = 5, soft 5 - ceil(0.33) = 4
-    assert slack.bounds([b.load_now() for b in pool]) == (4, 5)
+    home.num_inflight = 4  # mean 5 / 3: hard max(ceil(2.08), 2 + 3) = 5
+    assert slack.hard_bound([b.load_now() for b in pool]) == 5
     route = slack.route(pool, prompt(5))
     assert route is not None and route.backend is home and route.reason == AFFINITY
     home.num_inflight = 6  # mean 7 / 3: hard 3 + 3 = 6; a 7th request there is past it
     route = slack.route(pool, prompt(5))
     assert route is not None and route.backend is not home and route.reason == BALANCE
-    tight = Rendezvous(SETTINGS)  # no slack: a 4th request there is past ceil(1.25 x 4 / 3) = 2 already
-    home.num_inflight = 3
-    assert tight.bounds([b.load_now() for b in pool]) == (2, 2)
+    tight = Rendezvous(SETTINGS)  # no slack: a 5th request there is past ceil(1.25 x 5 / 3) = 3 already
+    home.num_inflight = 4
+    assert tight.hard_bound([b.load_now() for b in pool]) == 3
     route = tight.route(pool, prompt(5))
     assert route is not None and route.backend is not home
-    many = [40, 30, 20]  # mean 91 / 3: hard ceil(37.9) = 38 (the slack does not count), soft 38 - 7 = 31
-    assert slack.bounds(many) == (31, 38)
+    assert slack.hard_bound([40, 30, 20]) == 38  # mean 91 / 3: ceil(1.25 x 30.3); the slack does not count
 
 
 def test_a_retry_never_returns_to_a_backend_it_tried() -> None:

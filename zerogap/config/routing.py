@@ -27,17 +27,22 @@ class CacheAwareSection(Section):
         "full blocks); prompts alike in these go to the same engine",
     )
     load_factor: float = Field(
-        1.25,
+        1.5,
         ge=1,
-        description="cache_aware: no engine takes a request past this times the mean load (this request "
-        "included, rounded up); from the mean up, it hands a growing share of its prompts to their next engine",
+        description="cache_aware: no engine takes a request past this times the mean load (this request included, "
+        "rounded up); the prompt goes to its next engine",
     )
     load_slack: int = Field(
         4,
         ge=0,
         le=1_000_000,
-        description="cache_aware: the bound is at least this many requests above the mean (a few requests more "
-        "matter less than a prefix moved, at low load)",
+        description="cache_aware: the hard bound is at least this many requests above the mean",
+    )
+    shed_rate: float = Field(
+        0.5,
+        ge=0,
+        description="cache_aware: how fast (per second, per unit of relative excess over the mean) an engine's "
+        "share of prompts handed to their next engine follows its reported load",
     )
     load_scrape_interval_s: float = Field(
         0.1,
