@@ -122,3 +122,12 @@ def test_screenshots_of_the_run(short_run: ShortRun, page: str, tmp_path: Path) 
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(png, Path(keep) / png.name.replace(".html", ""))
+
+
+def test_a_finished_run_is_no_client_failure_on_the_dashboards(short_run: ShortRun) -> None:
+    """The harness lets its streams end when the plan does: the gateway counted no client that left
+    (status 499) and the Keys page's errors graph has nothing to draw."""
+    gone = prom_api(short_run.stack, "query", query='sum(zerogap_requests_total{status="499"})')
+    assert finite_values(gone["result"]) in ([], [0.0]), gone
+    (errors,) = [g for g in short_run.drawn["keys.html"].graphs if "zerogap:errors:rate15s" in g.expr]
+    assert errors.error == NO_DATA and errors.first_busy_x is None, errors
