@@ -16,6 +16,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.client_side import KEEPALIVE, ClientSide
+from gateway.exchange import SSE_HEADERS
 
 
 class FakeExchange:
@@ -30,6 +31,9 @@ class FakeExchange:
     def start_stream(self) -> bool:
         started, self.started = self.started, True
         return not started
+
+    def stream_headers(self, answer_s: float | None = None) -> list[tuple[bytes, bytes]]:
+        return SSE_HEADERS
 
 
 class Recorder:

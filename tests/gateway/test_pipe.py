@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.asgi import Message
+from gateway.exchange import SSE_HEADERS
 from gateway.flights import Flight
 from gateway.http_client import HttpUpstream
 from gateway.idle import IdleWatch
@@ -41,6 +42,7 @@ def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
     filt = SseFilter(SHOW_ALL)
     # what the pipe touches of the exchange: the times, the status, and whether the head is its to send
     out: Any = SimpleNamespace(last_s=None, first_s=None, status=0, replied=False, start_stream=lambda: False)
+    out.answered, out.stream_headers = lambda at_s: None, lambda answer_s=None: SSE_HEADERS
     flight = Flight(SimpleNamespace(name="b0"), [], [], 0)  # type: ignore[arg-type]
     deadline_s = time.monotonic() + 30
     return Pipe(resp, filt, out, IdleWatch(30, resp.close, armed=False), flight, deadline_s), filt, out
