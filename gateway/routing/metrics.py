@@ -53,6 +53,7 @@ class RouteMetrics:
             if pool.policy.by_prefix:
                 for reason in REASONS:
                     self.decisions.labels(model, reason)
+                self.match_ratio.labels(model)  # at 0 (cache_aware observes none: it knows no table)
 
     def observe(self, model: str, route: Route[Backend]) -> None:
         self.decisions.labels(model, route.reason).inc()

@@ -11,12 +11,15 @@ import sys
 from collections import Counter
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from gateway.pool import Backend, ModelPool
+from gateway.pool import Backend, ModelPool, Router
+from gateway.routing.metrics import RouteMetrics
 from gateway.routing.policy import AFFINITY, BALANCE, NO_MATCH, LeastLoad, RoundRobin
 from gateway.routing.prefix import Prompt
 from gateway.routing.registry import POLICIES, make_policy
 from gateway.routing.rendezvous import Rendezvous
+from zerogap.config.gateway import BackendEntry
 from zerogap.config.routing import CacheAwareSection
 
 SETTINGS = CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25, load_slack=0)
@@ -47,6 +50,7 @@ import json, sys
 from gateway.pool import Backend
 from gateway.routing.prefix import Prompt
 from gateway.routing.rendezvous import Rendezvous
+from zerogap.config.gateway import BackendEntry
 from zerogap.config.routing import CacheAwareSection
 settings, observed, loads, texts = json.loads(sys.stdin.read())
 policy = Rendezvous(CacheAwareSection(**settings))
@@ -234,3 +238,20 @@ def test_least_load_and_round_robin_as_objects() -> None:
     assert (route := LeastLoad().route([a, b], None)) is not None and route.backend is b
     assert (route := RoundRobin().route([a, b], None)) is not None and route.backend is a
     assert LeastLoad().route([], None) is None and RoundRobin().route([], None) is None
+
+
+def test_its_decisions_are_counted_and_no_match_ratio_is_made_up() -> None:
+    router = Router([BackendEntry(name=n, url=f"http://{n}", model="m") for n in "ab"], "cache_aware", SETTINGS)
+    registry = CollectorRegistry()
+    metrics = RouteMetrics(registry)
+    metrics.start_at_zero(router)
+    value = registry.get_sample_value
+    assert value("zerogap_route_prefix_match_ratio_count", {"model": "m"}) == 0  # the series exists, at 0
+    for i in range(5):
+        route = router.pools["m"].route([], prompt(i))
+        assert route is not None
+        metrics.observe("m", route)
+    metrics.render(router)
+    assert value("zerogap_route_decisions_total", {"model": "m", "reason": "affinity"}) == 5
+    assert value("zerogap_route_prefix_match_ratio_count", {"model": "m"}) == 0  # it knows no cache contents
+    assert value("zerogap_route_prefix_table_blocks", {"backend": "a", "model": "m"}) is None  # nor tables
