@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from backends.tiny_model import build_tiny_model
+from tests.fixtures.otlp import OtlpReceiver
 from tests.support import REPO, zerogap_cmd
 from zerogap.net import free_port, wait_http_ok
 from zerogap.process_group import stop_process
@@ -44,13 +45,17 @@ def vllm_interpreter() -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
-def write_config(folder: Path, python: str) -> Path:
+def write_config(folder: Path, python: str, otlp_url: str = "") -> Path:
     """Every value the gateway and the launcher need; free ports. Not `--enforce-eager`, though
     vLLM's torch.compile warm-up is ~45 of a start's ~65 s on 2 cores: eager, the tiny model's
     engine ran faster than its API server could stream, and the API server closed 18% of the
-    connections of 32 users asking 256 tokens (CI, 2026-12-03); compiled, none."""
+    connections of 32 users asking 256 tokens (CI, 2026-12-03); compiled, none.
+    With otlp_url the replica exports its request spans there (vLLM's --otlp-traces-endpoint, over
+    OTLP/HTTP, in batches 0.2 s apart): the tier's trace test reads them."""
     build_tiny_model(folder / "models" / "tiny")
     engine_port, gateway_port = free_port(), free_port()
+    traces = f'extra_args = ["--otlp-traces-endpoint", "{otlp_url}/v1/traces"]' if otlp_url else ""
+    otel_env = ', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "http/protobuf", OTEL_BSP_SCHEDULE_DELAY = "200"'
     text = f"""
 [server]
 port = {gateway_port}
@@ -71,7 +76,8 @@ max_model_len = 4096
 startup_timeout_s = {READY_TIMEOUT_S}
 restart_backoff_max_s = 2
 stop_timeout_s = 20
-env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
+env = {{ VLLM_CPU_KVCACHE_SPACE = "1"{otel_env if otlp_url else ""} }}
+{traces}
 
 [token_interval]
 async_scheduling = true
@@ -90,6 +96,7 @@ class Pool:
     engine_port: int
     gateway_port: int
     log: IO[str]
+    otlp: OtlpReceiver | None = None  # where the replica's spans go
 
     @property
     def output(self) -> str:
@@ -124,12 +131,13 @@ def ports_of(config: Path) -> tuple[int, int]:
 
 def launch_pool(folder: Path) -> Pool:
     """`zerogap backends up` started; the replica is not ready yet (see until_ready)."""
-    config = write_config(folder, vllm_interpreter())
+    otlp = OtlpReceiver().start()
+    config = write_config(folder, vllm_interpreter(), otlp.url)
     engine_port, gateway_port = ports_of(config)
     log = (folder / "backends.log").open("w")
     cmd = zerogap_cmd("backends", "up", "--engine", "vllm", "--config", str(config))
     backends = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
-    return Pool(folder, config, backends, None, engine_port, gateway_port, log)
+    return Pool(folder, config, backends, None, engine_port, gateway_port, log, otlp)
 
 
 def until_ready(pool: Pool) -> Pool:
@@ -158,6 +166,8 @@ def stop_pool(pool: Pool) -> int | None:
         stop_process(pool.gateway)
     stop_process(pool.backends, timeout_s=60)
     pool.log.close()
+    if pool.otlp is not None:
+        pool.otlp.stop()
     return pool.backends.returncode
 
 
@@ -189,6 +199,8 @@ def stop_pool_checked(pool: Pool) -> None:
     finally:
         stop_process(pool.backends, timeout_s=60)
         pool.log.close()
+        if pool.otlp is not None:
+            pool.otlp.stop()
 
 
 def post(url: str, body: dict[str, Any], timeout_s: float = 60) -> dict[str, Any]:
