@@ -153,12 +153,27 @@ async def test_huge_integers_neither_overflow_nor_raise(make: Factory) -> None:
     assert estimate_tokens(10**6, huge) == MAX_COUNT
 
 
+async def renewals(limiter: Limiter, count: int) -> None:
+    """Returns once the limiter has renewed its leases `count` more times (an event, not a clock)."""
+    leases = limiter.leases  # type: ignore[attr-defined]
+    renew, done, seen = leases._renew, asyncio.Event(), [0]
+
+    async def counted(live: dict[str, str]) -> None:
+        await renew(live)
+        seen[0] += 1
+        if seen[0] >= count:
+            done.set()
+
+    leases._renew = counted
+    await asyncio.wait_for(done.wait(), 30 * LEASE_S)
+
+
 @pytest.mark.parametrize("make", ["file", "redis"], indirect=True)  # one process's memory has no leases
 async def test_a_lease_its_process_stops_renewing_lapses(make: Factory) -> None:
     holder, other = make(LEASE_S), make(LEASE_S)
     who = key(max_concurrency=1)
     assert await holder.admit(who) is not None
-    await asyncio.sleep(4 * LEASE_S)  # renewed meanwhile: still held
+    await renewals(holder, 4)  # lease_s / 3 apart: past the first expiry, renewed each time: still held
     assert (await refusal(other.admit(who))).code == "concurrency_limit"
     await holder.leases.close()  # type: ignore[attr-defined]  # the holder stops renewing, as if killed
     deadline = time.monotonic() + 10 * LEASE_S + 5
