@@ -11,12 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncGenerator
 
 from gateway import charging
 from gateway.assemble import Assembler
+from gateway.attempts import (
+    CREDENTIAL_STATUSES,
+    OUTLIER_LABELS,
+    RETRY_STATUSES,
+    AttemptFailed,
+    finish_reasons,
+    no_first_byte,
+    stopped,
+)
 from gateway.charging import choice_usage
 from gateway.continuation import Transcript, chat_call, continuable
 from gateway.errors import bare, error_body, error_message, sse_error
@@ -40,30 +48,10 @@ from zerogap.config.gateway import GatewaySection
 
 log = logging.getLogger("zerogap.gateway.relay")
 
-_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]{1,32})"')
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-CREDENTIAL_STATUSES = frozenset({401, 403})  # the backend refused the gateway's api_key: not the client's to fix
-OUTLIER_LABELS = frozenset({"connect", "broken", "500", "502", "503", "504"})  # failures that count toward ejection
-
 
 # What the relay yields (the reply's head, body bytes, a Pipe for a stream's body) and what it is
 # sent back: after a Pipe, what broke it (None: it ended well).
 Items = AsyncGenerator[Reply | bytes | Pipe, BaseException | None]
-
-
-class AttemptFailed(Exception):
-    """One attempt at a backend failed before the first byte, and what the client gets if it is the
-    last: another backend is tried unless `retryable` is False (the gateway is shutting down).
-    `message` goes to the client: it names the backend and the kind of failure, never an address,
-    an errno or the backend's body, which go to the log (`detail`)."""
-
-    def __init__(self, status: int, label: str, message: str, retryable: bool = True, detail: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.label = label
-        self.message = message
-        self.retryable = retryable
-        self.detail = detail  # for the log only
 
 
 class Relay:
@@ -248,7 +236,7 @@ class Relay:
                     flight.timeout = None
         except TimeoutError:
             if flight.stop is not None:
-                raise self._stopped(backend, flight) from None
+                raise stopped(backend, flight) from None
             raise AttemptFailed(
                 504,
                 "first_byte_timeout",
@@ -275,13 +263,6 @@ class Relay:
             raise
         exchange.charge = charging.of_stream(call, filt)
         return assembler.body()
-
-    @staticmethod
-    def _stopped(backend: Backend, flight: Flight) -> AttemptFailed:
-        if flight.stop == "draining":
-            message = "The gateway is shutting down ([gateway].drain_timeout_s passed); send the request again."
-            return AttemptFailed(503, "draining", message, retryable=False)
-        return AttemptFailed(502, "ejected", f"Backend {backend.name} left the pool before it answered.")
 
     def _answer(
         self, exchange: Exchange, backend: Backend, resp: UpstreamResponse, first: bytes
@@ -352,7 +333,7 @@ class Relay:
         try:
             error = yield pipe
             if not pipe.relayed:
-                raise self._no_first_byte(flight, pipe, error)
+                raise no_first_byte(flight, pipe, error, self.settings.first_byte_timeout_s)
             resume.relayed(self.metrics)
             exchange.error = None  # a stream continued: no error so far
             if error is None and watch.fired:
@@ -387,19 +368,6 @@ class Relay:
             resume.ended(filt, self.metrics)
             resp.release() if clean else resp.close()
 
-    def _no_first_byte(self, flight: Flight, pipe: Pipe, error: BaseException | None) -> AttemptFailed:
-        """Why a stream ended before its first byte (whatever came was no whole event)."""
-        name = flight.backend.name
-        if pipe.first_byte is not None and pipe.first_byte.expired:
-            if flight.stop is not None:
-                return self._stopped(flight.backend, flight)
-            timeout_s = self.settings.first_byte_timeout_s
-            message = f"Backend {name} sent nothing within {timeout_s} s ([gateway].first_byte_timeout_s)."
-            return AttemptFailed(504, "first_byte_timeout", message)
-        if isinstance(error, UpstreamError):
-            return AttemptFailed(502, error.reason, f"Backend {name} {error.failure}.", detail=error.detail)
-        return AttemptFailed(502, "empty", f"Backend {name} closed the stream before sending anything.")
-
     def _stream_broken(self, exchange: Exchange, flight: Flight, error: UpstreamError, idle: bool) -> bytes:
         exchange.error = flight.stop or ("idle" if idle else "broken")
         if idle:
@@ -411,11 +379,6 @@ class Relay:
             log.warning("backend %s broke the stream: %s", name, error.detail)
             self.outlier.failure(flight.backend, "broken")
         return sse_error(message, code=exchange.status)
-
-
-def finish_reasons(body: bytes) -> list[str]:
-    """The finish reasons of a whole answer, without decoding it again (traced requests only)."""
-    return [m.decode() for m in _FINISH_REASON.findall(body)]
 
 
 def _is_stream(resp: UpstreamResponse) -> bool:
