@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from gateway.health import HealthMonitor
 from gateway.pool import Backend, ModelPool, Router
+from gateway.routing.rendezvous import Rendezvous
 from zerogap.config.gateway import BackendEntry
 from zerogap.config.routing import CacheAwareSection
 
@@ -57,3 +59,27 @@ def test_a_policy_may_ask_for_fresher_load() -> None:
     assert Router(entries, "least_load").scrape_interval_s(1.0) == 1.0
     fresh = Router(entries, "cache_aware", CacheAwareSection(load_scrape_interval_s=0.25))
     assert fresh.scrape_interval_s(1.0) == 0.25 and fresh.scrape_interval_s(0.1) == 0.1
+
+
+class Reports:
+    """An upstream client whose backends report running + waiting from a dict (GET /metrics)."""
+
+    def __init__(self, running: dict[str, int]) -> None:
+        self.running = running
+
+    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        host = url.split("//")[1].split("/")[0]
+        return 200, f"vllm:num_requests_running {self.running[host]}\nvllm:num_requests_waiting 1\n".encode()
+
+
+async def test_a_scrape_reads_the_loads_and_the_policy_sees_them() -> None:
+    entries = [BackendEntry(name=n, url=f"http://{n}", model="m") for n in ("a", "b")]
+    router = Router(entries, "cache_aware", CacheAwareSection(shed_rate=10.0, load_slack=0))
+    a, b = router.backends
+    a.num_inflight = 3
+    monitor = HealthMonitor(router, Reports({"a": 9, "b": 1}), 1.0)  # type: ignore[arg-type]
+    await monitor.scrape_all()
+    assert (a.num_reported, a.num_inflight_at_scrape, a.load_now()) == (10, 3, 10)
+    await monitor.scrape_all()  # the second report moves the shares: a reports far more than the mean
+    policy = router.pools["m"].policy
+    assert isinstance(policy, Rendezvous) and policy.shed.get(a.url, 0.0) > 0.0 == policy.shed.get(b.url, 0.0)
