@@ -33,9 +33,12 @@ Debian's redis-server, as scripts/setup-system installs it). Each is printed as 
 and against the unified key (`tenant_vs_gateway`: the added TTFT p50 and p99 in ms, the CPU per
 token ratio; redis-server's own CPU per token apart). In `fixed`, a verdict line for each against
 issue 35's goal (at most +0.2 ms TTFT p50 and 1.05x the CPU per token of the unified key, no request
-refused) says PASS or FAIL, and the bench exits 1 when one says FAIL. With `--together` the tenant
-targets and the unified key's gateway are driven at the same time, each with its own streams: on a
-machine that others load, the comparison then sees one moment's load rather than two.
+refused) says PASS or FAIL, and the bench exits 1 when one says FAIL; beside its TTFT, each gateway
+target's own time before the head (x-zerogap-overhead-ms, upstream waits left out), which a busy
+machine's run queue moves far less. With `--together` the tenant targets and the unified key's
+gateway are driven at the same time, each with its own streams, so that their comparison sees one
+moment's load rather than two: on a machine with cores to spare for that (above its cores it
+starves them all).
 The traced path (`--peers traced`, issue 41): a gateway with [observability] on, `--trace-ratio` (0.1)
 of its requests sampled and exported over OTLP/HTTP to a sink the bench starts (bench/_otlp_sink.py,
 its CPU apart), held against the gateway untraced as the tenants are (`traced_vs_gateway`, and a
@@ -342,8 +345,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--together",
         action="store_true",
         help="drive the tenant targets at the same time as the gateway with the unified key, in one window "
-        "(each its own --concurrency streams), instead of one after the other: on a busy machine their "
-        "comparison then sees the same moment's load (their figures vs direct include each other's load)",
+        "(each its own --concurrency streams), instead of one after the other: their comparison then sees "
+        "the same moment's load (their figures vs direct include each other's load); for a machine with "
+        "cores to spare",
     )
     p.add_argument("--trace-ratio", type=float, default=0.1, help="the traced target's sample_ratio (default 0.1)")
     p.add_argument("--json", help="also write every round and the summary to this file")
