@@ -191,10 +191,13 @@ def _breakable(escaped: str) -> str:
 
 
 def steps_table(steps: list[dict[str, Any]], label: str = "") -> str:
-    head = "".join(f"<th>{_breakable(html.escape(name))}</th>" for name, _ in STEP_COLUMNS)
+    """One row a step; a column that no step has a figure for (reasoning, cached tokens, the
+    engines' intervals, ...) is left out, so the table fits the page."""
+    columns = [(name, get) for name, get in STEP_COLUMNS if any(get(step) is not None for step in steps)]
+    head = "".join(f"<th>{_breakable(html.escape(name))}</th>" for name, _ in columns)
     lines = [f"<div class=wide><table class=steps><tr>{'<th>run</th>' if label else ''}<th>load</th>{head}</tr>"]
     for step in steps:
-        cells = "".join(f"<td>{_breakable(_cell(get(step)))}</td>" for _, get in STEP_COLUMNS)
+        cells = "".join(f"<td>{_breakable(_cell(get(step)))}</td>" for _, get in columns)
         run_cell = f"<td>{html.escape(label)}</td>" if label else ""
         lines.append(f"<tr>{run_cell}<td>{html.escape(load_text(step))}</td>{cells}</tr>")
     lines.append("</table></div>")
