@@ -67,11 +67,12 @@ def decisions(gateway_urls: list[str]) -> dict[str, float]:
     return total
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the gateway exited with {proc.returncode}")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
+            raise SystemExit(f"the gateway exited with {proc.returncode}:\n{tail}")
         try:
             with urllib.request.urlopen(url + "/ready", timeout=1) as resp:
                 if resp.status == 200:
@@ -125,7 +126,7 @@ def start_pool(args: argparse.Namespace, tmp: Path, policy: str, topology: str) 
             logs.append(log)
             stack.callback(stop_process, proc)
             gateway_urls.append(f"http://127.0.0.1:{port}")
-            wait_ready(gateway_urls[-1], proc)
+            wait_ready(gateway_urls[-1], proc, log)
         if workers > 1:
             time.sleep(args.workers_settle_s)  # the port answers once the first worker listens
         yield Pool(pool_name(policy, topology), gateway_urls, urls, logs)
