@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.sse_events import json_events
+
 CHAT_OBJECT, TEXT_OBJECT = "chat.completion", "text_completion"
 _TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")  # joined across deltas when strings
 _MESSAGE_DEFAULTS = {"refusal": None, "annotations": None, "audio": None, "function_call": None}
@@ -62,18 +64,8 @@ class Assembler:
         self.num_events = 0
 
     def feed(self, events: bytes) -> None:
-        for line in events.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if not payload.startswith(b"{"):
-                continue
-            try:
-                event = json.loads(payload)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                self._event(event)
+        for event in json_events(events):
+            self._event(event)
 
     def _event(self, event: dict[str, Any]) -> None:
         self.num_events += 1

@@ -15,8 +15,9 @@ usage is charged one token per chunk of each choice, less each chat choice's rol
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from gateway.sse_events import json_events
 
 
 class ChoiceUsage:
@@ -33,18 +34,8 @@ class ChoiceUsage:
 
     def feed(self, events: bytes) -> None:
         """Complete SSE events as the backend sent them (before any usage is cut for the client)."""
-        for line in events.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if not payload.startswith(b"{"):
-                continue  # [DONE], or not JSON
-            try:
-                event = json.loads(payload)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                self._event(event)
+        for event in json_events(events):
+            self._event(event)
 
     def _event(self, event: dict[str, Any]) -> None:
         choices = event.get("choices")

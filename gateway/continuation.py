@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from gateway.request import Call
+from gateway.sse_events import json_events
 
 _TOOL_OR_REASONING = (b'"tool_calls":', b'"reasoning":', b'"reasoning_content":', b'"function_call":')
 _FINISHED = b'"finish_reason":"'  # a non-null finish reason (null is written without a quote)
@@ -105,19 +106,16 @@ class Transcript:
         """The answer so far, decoded from every relayed event (None: one that cannot be read)."""
         key = "content" if self._chat else "text"
         pieces: list[str] = []
-        for read in self.reads:
-            for line in read.split(b"\n"):
-                if not line.startswith(b"data:") or not line[5:].strip().startswith(b"{"):
-                    continue
-                try:
-                    event = json.loads(line[5:])
-                except ValueError:
-                    return None
-                for choice in event.get("choices") or [] if isinstance(event, dict) else []:
-                    part = (choice.get("delta") if self._chat else choice) if isinstance(choice, dict) else None
-                    piece = part.get(key) if isinstance(part, dict) else None
-                    if isinstance(piece, str):
-                        pieces.append(piece)
+        try:
+            events = [event for read in self.reads for event in json_events(read, strict=True)]
+        except ValueError:
+            return None
+        for event in events:
+            for choice in event.get("choices") or []:
+                part = (choice.get("delta") if self._chat else choice) if isinstance(choice, dict) else None
+                piece = part.get(key) if isinstance(part, dict) else None
+                if isinstance(piece, str):
+                    pieces.append(piece)
         return "".join(pieces)
 
 
