@@ -96,7 +96,9 @@ def gateway_config(stack: Stack) -> str:
         'key_store = "keys.db"',
         "health_interval_s = 5",  # a killed backend is found by the requests that fail on it
         "max_retries = 2",
-        'routing = "cache_aware"',  # the Routing dashboards read its decisions
+        # the Routing dashboards read its decisions and its match ratio (cache_aware, the hash that
+        # holds across processes, knows no engine's cache contents: it records no match ratio)
+        'routing = "cache_aware_local"',
     ]
     for name, port in stack.sims.items():
         lines += ["[[backends]]", f'name = "{name}"', f'url = "http://127.0.0.1:{port}"', f'model = "{MODEL}"']

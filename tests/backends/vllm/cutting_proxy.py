@@ -13,10 +13,13 @@ from zerogap.net import free_port
 
 
 class CuttingProxy:
-    def __init__(self, target_port: int, cut_after_bytes: int) -> None:
+    def __init__(self, target_port: int, cut_after_bytes: int, cuts: list[int] | None = None) -> None:
+        """cuts: how many connections are still to be cut, shared by the relays given the same list
+        (so that whichever backend the first attempt goes to, that one is cut, and only once)."""
         self.port = free_port()
         self.target_port = target_port
         self.cut_after_bytes = cut_after_bytes
+        self.cuts = cuts if cuts is not None else [1]
         self.num_cut = 0
         self.requests: list[bytes] = []  # each read that starts a request (its head and body, when small)
         self._loop = asyncio.new_event_loop()
@@ -29,7 +32,9 @@ class CuttingProxy:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         first = await reader.read(65536)
         self.requests.append(first)
-        cut = self.num_cut == 0 and first.startswith(b"POST /v1/chat/completions")
+        cut = self.cuts[0] > 0 and first.startswith(b"POST /v1/chat/completions")
+        if cut:
+            self.cuts[0] -= 1
         up_writer.write(first)
         forward = asyncio.ensure_future(self._copy(reader, up_writer, self.requests))
         sent = 0

@@ -36,15 +36,15 @@ def text_of(raw: bytes) -> tuple[str, list[dict]]:
 
 async def test_a_stream_cut_mid_answer_is_continued_on_another_backend(pool: Pool, tmp_path) -> None:
     whole = post(pool.engine_url + "/v1/chat/completions", BODY)["choices"][0]["message"]["content"]
-    cut = CuttingProxy(pool.engine_port, cut_after_bytes=3000)
-    seen = CuttingProxy(pool.engine_port, cut_after_bytes=1 << 40)  # records what the continuation asks
-    with cut.running(), seen.running():
-        backends = [("cut", f"http://127.0.0.1:{cut.port}", MODEL), ("direct", f"http://127.0.0.1:{seen.port}", MODEL)]
-        settings = {"load_scrape_interval_s": 3600, "outlier_consecutive_errors": 0, "health_interval_s": 3600}
+    cuts = [1]  # the first completion is cut, at whichever relay the gateway sends it to
+    a, b = (CuttingProxy(pool.engine_port, cut_after_bytes=3000, cuts=cuts) for _ in range(2))
+    with a.running(), b.running():
+        backends = [("a", f"http://127.0.0.1:{a.port}", MODEL), ("b", f"http://127.0.0.1:{b.port}", MODEL)]
+        settings = {"outlier_consecutive_errors": 0}
         with GatewayServer(make_config(tmp_path, backends, settings)) as gs:
-            gs.gw.router.backends[1].num_reported = 1000  # the first attempt goes through the cutting relay
             body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
             status, _, raw = await apost(gs.url + "/v1/chat/completions", body, auth())
+    cut, seen = (a, b) if a.num_cut else (b, a)
     assert status == 200 and cut.num_cut == 1
     text, chunks = text_of(raw)
     assert b'"error"' not in raw and raw.rstrip().endswith(b"data: [DONE]")

@@ -94,4 +94,5 @@ def test_short_answers_are_held_by_the_api_server_long_ones_by_the_engine(vllm_p
     # many a starved engine gets to hold is the machine's figure, the comparison is the run's.)
     short_share = at_engine(short)
     assert at_engine(long) > max(2 * short_share, 0.25), (short_share, engine)
-    assert engine["running_max"] > short["backend"]["running_max"], (short["backend"], engine)
+    # its busiest scrape at least the short run's (both may reach the 32 users on a loaded machine)
+    assert engine["running_max"] >= short["backend"]["running_max"], (short["backend"], engine)
