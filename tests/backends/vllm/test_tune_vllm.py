@@ -64,9 +64,11 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
     assert sorted(c["settings"]["scheduler.max_num_seqs"] for c in candidates) == [2, 16]
     (capped,) = [c for c in candidates if c["settings"]["scheduler.max_num_seqs"] == 2]
     (wide,) = [c for c in candidates if c["settings"]["scheduler.max_num_seqs"] == 16]
-    # The engine is the bottleneck, so the batch pays: 16 sequences per step beat 2 (4x measured).
-    assert data["best"]["settings"] == wide["settings"] and wide["goodput_rps"] > 0
-    assert 0 < capped["output_tps"] < wide["output_tps"] / 1.5, (capped["output_tps"], wide["output_tps"])
+    # Both ran and delivered tokens; tune ranked them by what it measured (the sort above). Which one
+    # wins is this machine's fact, not tune's: 16 sequences beat 2 by 4x on 2026-12-04, and lost on
+    # 2026-12-07 (a 3x slower machine state: 0.6 s a step at 16 sequences, 44 ms at 2).
+    assert capped["output_tps"] > 0 and wide["output_tps"] > 0, (capped, wide)
+    assert data["best"]["settings"] == max(candidates, key=lambda c: (c["goodput_rps"], c["output_tps"]))["settings"]
     assert "[2/2] max_num_seqs=16" in run.stdout and "best: max_num_seqs=" in run.stdout
     # The launcher's "in force" table: the candidate's setting reached vLLM.
     assert re.search(r"\[scheduler\]\.max_num_seqs\s+2\s", (out / "candidate1" / "pool" / "supervisor.log").read_text())
