@@ -31,7 +31,10 @@ from zerogap.net import free_port
 pytestmark = pytest.mark.slow
 
 STEP_S = 20
-MOST = 0.6  # "most of the graph's width": a counter born in the run has its first rate two scrapes (10 s) later
+# "most of the graph's width" (the old 15-minute window gave a 1-minute run 7%): a counter born in the
+# run has its first rate two scrapes (10 s) later, and a loaded CI machine starts the load a few
+# seconds late (the engines' running gauge was busy over 54% of the graph once, at most ~62% possible)
+MOST = 0.5
 NO_DATA = "No timeseries returned"  # a graph of errors or rate limits: this run had none
 SETTLE_S = 25  # after the run: past the rates' 15 s window and one more scrape
 # (page, an expression of one of its graphs): graphs whose rate is not 0 exactly while the run streams
