@@ -17,6 +17,7 @@ import ipaddress
 from collections.abc import Iterable
 
 from gateway.auth_throttle import address_group
+from zerogap.net import client_ip
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -47,13 +48,8 @@ class TrustedProxies:
             return True
         if not self.networks:
             return False
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return any(address in network for network in self.networks)
+        address = client_ip(host)
+        return address is not None and any(address in network for network in self.networks)
 
 
 class ClientConnections:

@@ -14,8 +14,6 @@ listed: never a backend's api_key, and a URL's user:password@, query and fragmen
 
 from __future__ import annotations
 
-import ipaddress
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -23,7 +21,7 @@ from gateway.asgi import client_host, header
 from gateway.errors import ApiError
 from gateway.gateway import Gateway
 from gateway.pool import Backend
-from zerogap.net import public_url
+from zerogap.net import client_ip, public_url
 
 METRICS_KEY = "[server].metrics_key"
 PATH = "/metrics/backends"
@@ -38,15 +36,8 @@ def describe(backend: Backend, addresses: bool) -> dict[str, object]:
 
 def on_loopback(client: str | None) -> bool:
     """The client's address (as uvicorn gives it, after trusted proxy headers) is this host's loopback."""
-    if client is None:
-        return False
-    try:
-        address = ipaddress.ip_address(client)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+    address = client_ip(client)
+    return address is not None and address.is_loopback
 
 
 async def metrics_backends(request: Request) -> Response:

@@ -3,6 +3,7 @@ tests: is a port free, does a URL answer 200, wait until it does."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import subprocess
 import time
@@ -98,3 +99,17 @@ def public_url(url: str) -> str:
         host = f"[{host}]"
     netloc = f"{host}:{parts.port}" if parts.port is not None else host
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def client_ip(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A client's address as a server gives it (an IPv4 address mapped into IPv6 as its IPv4
+    self); None for anything that is no address (a Unix socket, a name)."""
+    if host is None:
+        return None
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
