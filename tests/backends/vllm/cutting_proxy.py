@@ -30,19 +30,14 @@ class CuttingProxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        first = await reader.read(65536)
-        self.requests.append(first)
-        cut = self.cuts[0] > 0 and first.startswith(b"POST /v1/chat/completions")
-        if cut:
-            self.cuts[0] -= 1
-        up_writer.write(first)
-        forward = asyncio.ensure_future(self._copy(reader, up_writer, self.requests))
-        sent = 0
+        cutting = [False]  # this connection's current request is the one to cut (its answer's bytes counted)
+        sent = [0]
+        forward = asyncio.ensure_future(self._copy(reader, up_writer, cutting, sent))
         try:
             while data := await up_reader.read(65536):
                 writer.write(data)
-                sent += len(data)
-                if cut and sent >= self.cut_after_bytes:
+                sent[0] += len(data)
+                if cutting[0] and sent[0] >= self.cut_after_bytes:
                     self.num_cut += 1
                     writer.transport.abort()  # the gateway sees the connection reset mid-stream
                     up_writer.transport.abort()  # and the replica sees its client go (it frees the slot)
@@ -55,12 +50,19 @@ class CuttingProxy:
             writer.close()
             up_writer.close()
 
-    @staticmethod
-    async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, requests: list[bytes]) -> None:
+    async def _copy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cutting: list[bool], sent: list[int]
+    ) -> None:
+        """The gateway's requests to the replica, each noted (a kept-alive connection carries health
+        checks and scrapes before a completion): the first completion while cuts are left is cut."""
         try:
             while data := await reader.read(65536):
-                if data.startswith((b"POST ", b"GET ")):  # a keep-alive connection's next request
-                    requests.append(data)
+                if data.startswith((b"POST ", b"GET ")):
+                    self.requests.append(data)
+                    sent[0] = 0
+                    if self.cuts[0] > 0 and data.startswith(b"POST /v1/chat/completions"):
+                        self.cuts[0] -= 1
+                        cutting[0] = True
                 writer.write(data)
                 await writer.drain()
         except OSError:
