@@ -35,13 +35,17 @@ class CuttingProxy:
         forward = asyncio.ensure_future(self._copy(reader, up_writer, cutting, sent))
         try:
             while data := await up_reader.read(65536):
-                writer.write(data)
-                sent[0] += len(data)
-                if cutting[0] and sent[0] >= self.cut_after_bytes:
+                if cutting[0] and sent[0] + len(data) >= self.cut_after_bytes:
+                    # only the bytes up to the cut: a read that holds the whole answer (a loaded
+                    # machine's) must not reach the gateway whole before the abort
+                    writer.write(data[: max(0, self.cut_after_bytes - sent[0])])
+                    await writer.drain()  # those bytes out before the abort (which drops what is buffered)
                     self.num_cut += 1
                     writer.transport.abort()  # the gateway sees the connection reset mid-stream
                     up_writer.transport.abort()  # and the replica sees its client go (it frees the slot)
                     return
+                writer.write(data)
+                sent[0] += len(data)
                 await writer.drain()
         except OSError:
             pass
@@ -55,9 +59,13 @@ class CuttingProxy:
     ) -> None:
         """The gateway's requests to the replica, each noted (a kept-alive connection carries health
         checks and scrapes before a completion): the first completion while cuts are left is cut."""
+        current: int | None = None  # this connection's request in self.requests (its body may come in more reads)
         try:
             while data := await reader.read(65536):
+                if not data.startswith((b"POST ", b"GET ")) and current is not None:
+                    self.requests[current] += data
                 if data.startswith((b"POST ", b"GET ")):
+                    current = len(self.requests)
                     self.requests.append(data)
                     sent[0] = 0
                     if self.cuts[0] > 0 and data.startswith(b"POST /v1/chat/completions"):
