@@ -91,7 +91,10 @@ def test_the_backend_addresses_are_for_the_metrics_key_or_the_gateways_own_host(
     loopback (the load test beside a gateway from the shipped config.toml) sees the addresses."""
     outward = outward_address()
     if outward is None:
-        pytest.skip("this host has no address but its loopback: no client can come from elsewhere")
+        pytest.fail(
+            "this host has no address but its loopback, so no client can come from elsewhere: give it one "
+            "(as root: ip addr add 192.0.2.10/32 dev lo) and run the test again"
+        )
     with UpstreamServer(model="m") as up:
         with gateway(tmp_path, up, f'host = "0.0.0.0"\nmetrics_key = "{metrics_key}"') as gw:
             from_here = listing("127.0.0.1", gw.port, metrics_key or None)
