@@ -19,13 +19,11 @@ from gateway.choice_usage import ChoiceUsage
 from gateway.exchange import Charge, Exchange
 from gateway.limits import Limiter
 from gateway.metrics import GatewayMetrics
-from gateway.request import Call
+from gateway.request import BYTES_PER_TOKEN, Call  # 4 bytes a token where the backend says nothing
 from gateway.sse import SseFilter
 from gateway.usage import UsageRecorder
 
 log = logging.getLogger("zerogap.gateway.relay")  # the request's line, as the relay logs it
-
-BYTES_PER_TOKEN = 4  # the estimate where the backend says nothing
 
 
 def prompt_estimate(call: Call) -> int:

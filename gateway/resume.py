@@ -62,11 +62,14 @@ class Resume:
             return False
         prompt, completion = filt.reported()
         relayed = completion if completion is not None else filt.num_chunks
-        if continued_body(self.call, text, relayed, None) is None:
-            return False
         call = self.call
+        as_asked = continued_body(call, text, relayed, None)
+        if as_asked is None:
+            return False
 
         def body_for(upstream_model: str | None) -> bytes:
+            if not upstream_model or upstream_model == call.model:
+                return as_asked  # encoded once, whichever backend of the model takes it
             body = continued_body(call, text, relayed, upstream_model)
             assert body is not None
             return body
