@@ -19,7 +19,6 @@ import json
 from typing import Any
 
 from gateway.request import Call
-from gateway.sse_events import json_events
 
 _TOOL_OR_REASONING = (b'"tool_calls":', b'"reasoning":', b'"reasoning_content":', b'"function_call":')
 _FINISHED = b'"finish_reason":"'  # a non-null finish reason (null is written without a quote)
@@ -103,20 +102,41 @@ class Transcript:
         return {k: event[k] for k in ("id", "created", "model") if k in event}
 
     def text(self) -> str | None:
-        """The answer so far, decoded from every relayed event (None: one that cannot be read)."""
-        key = "content" if self._chat else "text"
-        pieces: list[str] = []
+        """The answer so far (None: it cannot be read exactly). The relayed bytes are joined and each
+        compact `"content":"` (`"text":"` for completions) string is sliced out, then the slices are
+        decoded as one JSON string: ~1 ms for a 4,000-token stream, where decoding every event took
+        ~40 ms of the event loop (and a backend's death breaks all its streams at once)."""
+        data = b"".join(self.reads)
+        key, field = (b'"content":"', b'"content"') if self._chat else (b'"text":"', b'"text"')
+        pieces: list[bytes] = []
+        at = data.find(key)
+        while at >= 0:
+            start = at + len(key)
+            end = _string_end(data, start)
+            if end < 0:
+                return None
+            pieces.append(data[start:end])
+            at = data.find(key, end)
+        if len(pieces) != data.count(field):  # a field written otherwise (spaces, null): not sliced exactly
+            return None
         try:
-            events = [event for read in self.reads for event in json_events(read, strict=True)]
+            text = json.loads(b'"' + b"".join(pieces) + b'"')
         except ValueError:
             return None
-        for event in events:
-            for choice in event.get("choices") or []:
-                part = (choice.get("delta") if self._chat else choice) if isinstance(choice, dict) else None
-                piece = part.get(key) if isinstance(part, dict) else None
-                if isinstance(piece, str):
-                    pieces.append(piece)
-        return "".join(pieces)
+        return text if isinstance(text, str) else None
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """The index of the quote that closes the JSON string starting at `start` (-1: none)."""
+    end = data.find(b'"', start)
+    while end >= 0:
+        backslashes = 0
+        while data[end - 1 - backslashes] == 0x5C:  # a backslash
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return end
+        end = data.find(b'"', end + 1)
+    return -1
 
 
 def continued_body(call: Call, text: str, num_relayed: int, upstream_model: str | None) -> bytes | None:
