@@ -12,7 +12,7 @@ from backends.rate_log import RateLogger
 from backends.sim_pool import sim_pool
 from backends.supervisor import Supervisor, Timing
 from backends.vllm.launcher import vllm_pool
-from zerogap.config import ConfigError, load_config
+from common.config import ConfigError, load_config
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from backends.errors import LaunchError
 from backends.supervisor import Child
-from zerogap.config import Config
+from common.config import Config
 
 
 def check_ports(config: Config) -> None:

@@ -11,8 +11,8 @@ from typing import IO
 from backends.pool import check_ports, pool_summary, replica_log
 from backends.sim.settings import settings_from_config
 from backends.supervisor import Child, ChildSpec, Hooks
-from zerogap.commands import zerogap_command
-from zerogap.config import Config
+from common.commands import zerogap_command
+from common.config import Config
 
 
 def sim_specs(config: Config, config_path: Path, log_dir: Path | None) -> list[ChildSpec]:

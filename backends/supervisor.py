@@ -1,5 +1,5 @@
 """Run a pool of server processes (the replicas of `zerogap backends up`, shared by the vLLM and the
-sim engines) on the shared supervisor core (zerogap/supervisor.py: process groups, restarts with
+sim engines) on the shared supervisor core (common/supervisor.py: process groups, restarts with
 exponential back-off, the stop on Ctrl-C / SIGTERM). What is a replica's own: its /health wait with
 a deadline, its output (printed with its name, kept as a tail, optionally logged to a file), and the
 messages.
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from zerogap.net import http_ok, port_is_free
-from zerogap.process_group import popen_in_group
-from zerogap.supervisor import ProcessSupervisor, RestartPolicy, Slot, StartupFailure
+from common.net import http_ok, port_is_free
+from common.process_group import popen_in_group
+from common.supervisor import ProcessSupervisor, RestartPolicy, Slot, StartupFailure
 
 __all__ = ["Child", "ChildSpec", "Hooks", "StartupFailure", "Supervisor", "Timing"]
 

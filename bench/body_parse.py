@@ -2,7 +2,7 @@
 
 Shapes: 4 MiB worst cases (issue 35: nested lists 61 deep, many tiny arrays or objects, small
 integers, token ids, floats, strings of escapes, surrogate pairs, many keys, one long text), the
-largest bodies within the gateway's budget (gateway/body_scan.py), and ordinary chat bodies.
+largest bodies within the gateway's budget (gateway/server/body_scan.py), and ordinary chat bodies.
 Columns, milliseconds of event-loop time per body: the CPU time of the thread that decodes (on a
 busy machine the wall clock adds the waits for a core; --clock wall for it), best of --repeat, the
 value freed included:
@@ -35,10 +35,10 @@ from typing import Any
 
 import msgspec
 
-from gateway import json_errors
-from gateway.body_scan import MAX_CONTAINERS, MAX_VALUES, BodyScan, ScannedBody
-from gateway.errors import ApiError
-from gateway.strict_json import decode_object, int64_outside
+from gateway.server import json_errors
+from gateway.server.body_scan import MAX_CONTAINERS, MAX_VALUES, BodyScan, ScannedBody
+from gateway.server.errors import ApiError
+from gateway.server.strict_json import decode_object, int64_outside
 
 try:
     import orjson  # type: ignore[import-not-found, unused-ignore]
@@ -162,7 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="one run of the slow candidates on 4 MiB bodies")
-    parser.add_argument("--previous", help="an earlier commit's gateway/strict_json.py, as a column")
+    parser.add_argument("--previous", help="an earlier commit's gateway/server/strict_json.py, as a column")
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     args = parser.parse_args()
     global CLOCK

@@ -38,11 +38,11 @@ from typing import Any
 from backends.sim.testing import run_sim_process
 from bench._cache_drive import KEY, MODEL, drive
 from bench._cache_report import FINISHED, HITS, QUERIES, TOPOLOGIES, pool_name, report, summarize_round
+from common.commands import zerogap_command
+from common.net import free_port
+from common.process_group import stop_process
+from common.promtext import sum_samples, sums_by_name
 from loadtest import Workload, parse_settings
-from zerogap.commands import zerogap_command
-from zerogap.net import free_port
-from zerogap.process_group import stop_process
-from zerogap.promtext import sum_samples, sums_by_name
 
 REPO = Path(__file__).resolve().parent.parent
 DECISIONS = "zerogap_route_decisions_total"

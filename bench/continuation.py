@@ -47,10 +47,10 @@ from typing import Any
 
 import aiohttp
 
-from zerogap.commands import zerogap_command
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
-from zerogap.promtext import sum_samples
+from common.commands import zerogap_command
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
+from common.promtext import sum_samples
 
 KEY = "bench-continuation-key"
 MODEL = "m"

@@ -78,9 +78,9 @@ from bench._peers import (
     redis_command,
 )
 from bench._report import TENANTS, TRACED, TWO_WORKERS, report
-from zerogap.commands import zerogap_command
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
+from common.commands import zerogap_command
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "bench-unified-key"

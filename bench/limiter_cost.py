@@ -7,7 +7,7 @@ the estimate replaced by what it used) and release (the slot). This drives that 
 the process's CPU time (user + system: the system calls to Redis included) and the wall time:
 
   memory   this process's memory (one worker, no [gateway].redis_url)
-  redis    gateway/limits/redis.py against a redis-server the bench starts on a free port
+  redis    gateway/tenants/limits/redis.py against a redis-server the bench starts on a free port
   previous the same from another source tree (`--previous DIR`, e.g. a `git archive` of an older
            commit), imported under its own name: before and after, side by side
 
@@ -31,19 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from bench._peers import REDIS_INSTALL, find_redis, redis_command
-from gateway.auth import Principal
-from gateway.limits.memory import MemoryLimiter
-from gateway.limits.redis import RedisLimiter
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
+from gateway.tenants.auth import Principal
+from gateway.tenants.limits.memory import MemoryLimiter
+from gateway.tenants.limits.redis import RedisLimiter
 
 KEY = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 100_000}  # checked and counted, never refusing
 
 
 def previous_redis_limiter(src: Path) -> Any:
-    """RedisLimiter of another source tree: its gateway/limits/redis.py loaded under a name of its
+    """RedisLimiter of another source tree: its gateway/tenants/limits/redis.py loaded under a name of its
     own; what it imports (the rule, the leases, the scripts) is this tree's, so compare trees whose
-    other limits modules are the same (`git diff A B -- gateway/limits/`)."""
+    other limits modules are the same (`git diff A B -- gateway/tenants/limits/`)."""
     spec = importlib.util.spec_from_file_location("previous_limits_redis", src / "gateway" / "limits" / "redis.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

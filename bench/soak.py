@@ -41,10 +41,10 @@ from pathlib import Path
 import aiohttp
 
 from bench.soak_load import KEY, Tally, run_clients
-from zerogap.commands import zerogap_command
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
-from zerogap.promtext import sum_samples
+from common.commands import zerogap_command
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
+from common.promtext import sum_samples
 
 GROWTH_LIMIT = 0.05
 EJECTIONS = "zerogap_backend_ejections_total"

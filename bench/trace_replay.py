@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_P99_MS = 10.0

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zerogap.commands import zerogap_command
+from common.commands import zerogap_command
 
 GRID = ["--grid", "max_num_seqs=16,128", "--grid", "async_scheduling=false,true"]
 

@@ -14,18 +14,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.admin import admin_routes
-from gateway.asgi import ASGIApp, client_host, header
-from gateway.errors import ApiError, error_body
+from common.config import Config
+from gateway.endpoints.admin import admin_routes
+from gateway.endpoints.backends_info import PATH as METRICS_BACKENDS
+from gateway.endpoints.backends_info import metrics_backends
+from gateway.endpoints.completions import Completions
+from gateway.endpoints.tokenize import tokenize_routes
 from gateway.gateway import Gateway
-from gateway.log_throttle import LogThrottle
-from gateway.middleware import ErrorShield, FastPath
-from gateway.pool_info import PATH as METRICS_BACKENDS
-from gateway.pool_info import metrics_backends
-from gateway.proxy import Completions
-from gateway.tokenize_route import tokenize_routes
-from gateway.upstream import UpstreamClient
-from zerogap.config import Config
+from gateway.observe.log_throttle import LogThrottle
+from gateway.server.asgi import ASGIApp, client_host, header
+from gateway.server.errors import ApiError, error_body
+from gateway.server.middleware import ErrorShield, FastPath
+from gateway.upstream.client import UpstreamClient
 
 log = logging.getLogger("zerogap.gateway")
 

@@ -10,15 +10,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gateway.keys.auto import open_store
-from gateway.keys.base import KeyStoreError
-from zerogap.argtypes import positive_int
-from zerogap.config import Config, ConfigError, load_config
+from common.argtypes import positive_int
+from common.config import Config, ConfigError, load_config
+from gateway.tenants.keys.auto import open_store
+from gateway.tenants.keys.base import KeyStoreError
 
 if TYPE_CHECKING:
     import uvicorn
 
-    from gateway.http_refusals import HttpLimits
+    from gateway.server.http_refusals import HttpLimits
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 GC_THRESHOLDS = (20_000, 50, 100)
@@ -85,8 +85,8 @@ def _bind_error(config: Config) -> int:
 
 
 def supervise(config: Config, num_workers: int, argv: list[str]) -> int:
+    from common.net import port_is_free
     from gateway.workers import STOP_GRACE_S, Supervisor, worker_argv
-    from zerogap.net import port_is_free
 
     if not port_is_free(config.server.host, config.server.port):
         return _bind_error(config)
@@ -132,8 +132,8 @@ def refusal_counter(app: Any) -> Callable[[str], None]:
 
 
 def http_limits(config: Config) -> HttpLimits:
-    """The [server] settings the HTTP protocol applies (gateway/http_limits.py)."""
-    from gateway.http_refusals import HttpLimits
+    """The [server] settings the HTTP protocol applies (gateway/server/http_limits.py)."""
+    from gateway.server.http_refusals import HttpLimits
 
     s = config.server
     return HttpLimits(
@@ -149,12 +149,12 @@ def http_limits(config: Config) -> HttpLimits:
 
 def uvicorn_config(app: Any, config: Config, level: str) -> uvicorn.Config:
     """uvicorn's settings for the gateway: httptools with the [server] HTTP limits
-    (gateway/http_limits.py), no WebSocket (the gateway has no WebSocket route), X-Forwarded-For
+    (gateway/server/http_limits.py), no WebSocket (the gateway has no WebSocket route), X-Forwarded-For
     read only from [server].forwarded_allow_ips (none by default: not uvicorn's loopback default,
     nor its FORWARDED_ALLOW_IPS). Each worker of --workers N reads the same config."""
     import uvicorn
 
-    from gateway.http_limits import protocol_class
+    from gateway.server.http_limits import protocol_class
 
     s = config.server
     return uvicorn.Config(
@@ -181,7 +181,7 @@ def serve(config: Config, level: str, reuse_port: bool = False) -> int:
 
     raise_open_file_limit()
     from gateway.app import create_app
-    from gateway.drain import server_for
+    from gateway.pool.drain import server_for
 
     app = create_app(config)
 

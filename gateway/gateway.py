@@ -9,26 +9,26 @@ import logging
 import os
 from pathlib import Path
 
-from gateway.auth import Authenticator
-from gateway.drain import Drain
-from gateway.flights import Flights
-from gateway.health import HealthMonitor
-from gateway.http_client import HttpUpstream
-from gateway.keys.auto import open_store
-from gateway.limits import Limiter
-from gateway.limits.memory import MemoryLimiter
-from gateway.limits.redis import RedisLimiter
-from gateway.limits.sqlite import SHARED_LIMITS_ENV, SqliteLimiter
-from gateway.metrics import GatewayMetrics, multiprocess_dir
-from gateway.observe import Observer
-from gateway.outlier import OutlierDetector
-from gateway.pool import Router
-from gateway.rate_log import log_rates_forever
-from gateway.relay import Relay
-from gateway.upstream import UpstreamClient
-from gateway.usage import UsageRecorder
-from zerogap.config import Config
-from zerogap.net import public_url
+from common.config import Config
+from common.net import public_url
+from gateway.observe.metrics import GatewayMetrics, multiprocess_dir
+from gateway.observe.rate_log import log_rates_forever
+from gateway.observe.request_story import Observer
+from gateway.pool.drain import Drain
+from gateway.pool.flights import Flights
+from gateway.pool.health import HealthMonitor
+from gateway.pool.model_pool import Router
+from gateway.pool.outlier import OutlierDetector
+from gateway.relay.relay import Relay
+from gateway.tenants.auth import Authenticator
+from gateway.tenants.keys.auto import open_store
+from gateway.tenants.limits import Limiter
+from gateway.tenants.limits.memory import MemoryLimiter
+from gateway.tenants.limits.redis import RedisLimiter
+from gateway.tenants.limits.sqlite import SHARED_LIMITS_ENV, SqliteLimiter
+from gateway.tenants.usage import UsageRecorder
+from gateway.upstream.client import UpstreamClient
+from gateway.upstream.http_client import HttpUpstream
 
 log = logging.getLogger("zerogap.gateway")
 

@@ -4,11 +4,11 @@ Each worker is `zerogap gateway ... --reuse-port`: it binds the port itself with
 kernel spreads new connections evenly over the workers. The supervisor checks that the port is
 free, starts the workers with PROMETHEUS_MULTIPROC_DIR set to a fresh temporary folder (GET /metrics
 in any worker then shows the sum over all of them) and, without [gateway].redis_url, a file of
-shared rate-limit buckets (gateway/limits/sqlite.py); it restarts a worker that dies, and on SIGINT
-or SIGTERM sends SIGTERM to every worker (each drains: gateway/drain.py), waits for them, and
+shared rate-limit buckets (gateway/tenants/limits/sqlite.py); it restarts a worker that dies, and on SIGINT
+or SIGTERM sends SIGTERM to every worker (each drains: gateway/pool/drain.py), waits for them, and
 removes the folder; a second signal is forwarded too (the workers then exit at once). The
 supervising itself (process groups, restarts, signals, the grace before SIGKILL) is the shared
-core's, zerogap/supervisor.py.
+core's, common/supervisor.py.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import socket
 import subprocess
 import tempfile
 
-from gateway.limits.sqlite import SHARED_LIMITS_ENV
-from zerogap.commands import zerogap_command
-from zerogap.process_group import popen_in_group
-from zerogap.supervisor import ProcessSupervisor, RestartPolicy, Slot
+from common.commands import zerogap_command
+from common.process_group import popen_in_group
+from common.supervisor import ProcessSupervisor, RestartPolicy, Slot
+from gateway.tenants.limits.sqlite import SHARED_LIMITS_ENV
 
 log = logging.getLogger("zerogap.gateway.workers")
 

@@ -16,8 +16,8 @@ import urllib.error
 import urllib.parse
 from collections.abc import Mapping
 
+from common.promtext import sums_by_name
 from loadgen.metrics_discovery import fetch_with_key
-from zerogap.promtext import sums_by_name
 
 INFLIGHT = "zerogap_backend_inflight"
 log = logging.getLogger("zerogap.loadtest")

@@ -1,5 +1,5 @@
 """The backends' /metrics URLs when settings.json does not list them: a zerogap gateway knows
-its pool and lists it at GET /metrics/backends (gateway/pool_info.py), guarded as its GET
+its pool and lists it at GET /metrics/backends (gateway/endpoints/backends_info.py), guarded as its GET
 /metrics is, by [server].metrics_key, which the harness reads from the environment variable
 metrics.gateway_metrics_key_env names (ZEROGAP_METRICS_KEY; unset: asked without a key).
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import gevent
 
+from common.promtext import sums_by_name
 from loadreport.settings import MetricsSection
-from zerogap.promtext import sums_by_name
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"

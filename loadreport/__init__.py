@@ -5,5 +5,11 @@ report.html with its PNGs, the console table, and `zerogap report` (report_cli.p
 Nothing here imports Locust, gevent or matplotlib at import time (plots.py imports matplotlib
 when it draws): a tool that only reads report.json pays for no load generator
 (tests/test_structure.py holds this). The live run is loadgen/; it imports this package, never
-the reverse. Other packages import the public names from `loadtest`.
+the reverse. Packages that only read reports (backends/sim's calibrate and plan) import the names
+below from `loadreport`; everything else of the load test comes from `loadtest`.
 """
+
+from loadreport.ratios import StepFigures, ratio_lines
+from loadreport.report import ReportError, read_report
+
+__all__ = ["ReportError", "StepFigures", "ratio_lines", "read_report"]

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from common.html_page import html_page, image_html
 from loadreport.curves import draw_curves
 from loadreport.plots import load_label, load_of
 from loadreport.report import STYLE, ReportError, notes, read_report, steps_table
-from zerogap.html_page import html_page, image_html
 
 PANELS = (
     ("output_tps", "Output tokens/s", "tokens/s"),

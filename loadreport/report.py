@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common.html_page import html_page, image_html
 from loadreport.collect import blank_uncollected
 from loadreport.console import load_text
 from loadreport.diagnosis import diagnose, headline
@@ -24,7 +25,6 @@ from loadreport.schema import RunReport
 from loadreport.settings import OutputSection, Settings
 from loadreport.timeline import Sample, build_rows, read_csv, write_csv
 from loadreport.verdict import ITL_MEANING, itl_note, knee_sentence, run_verdict
-from zerogap.html_page import html_page, image_html
 
 REPORT_VERSION = 1
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
-from zerogap.config.explain import read_text, validate
+from common.config.explain import read_text, validate
 
 SETTINGS_ENV = "ZEROGAP_SETTINGS"
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

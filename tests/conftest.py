@@ -1,5 +1,5 @@
 """Fixtures shared by every test folder. Plain helpers are in tests/support.py (and the
-product's own: zerogap.net, zerogap.process_group); tests import nothing from here."""
+product's own: common.net, common.process_group); tests import nothing from here."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from common.net import free_port
 from tests.backends.vllm.pool import Pool, launch_pool, stop_pool_checked, until_ready
-from zerogap.net import free_port
 
 POOL_LAUNCHED = pytest.StashKey[bool]()
 

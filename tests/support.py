@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from zerogap.commands import zerogap_command
+from common.commands import zerogap_command
 
 REPO = Path(__file__).resolve().parent.parent
 

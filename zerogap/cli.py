@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "gateway": ("gateway.cli", "serve the gateway in front of the pool config.toml names"),
-    "keys": ("gateway.keys_cli", "create, list and revoke virtual keys"),
+    "keys": ("gateway.tenants.keys_cli", "create, list and revoke virtual keys"),
     "sim": ("backends.sim.cli", "one simulated engine; `sim plan` runs a load plan in virtual time"),
     "backends": ("backends.cli", "`backends up`: start the pool config.toml describes"),
     "tune": ("zerogap.tune.cli", "try engine settings on a pool (or in virtual time), rank by goodput, say why"),

@@ -16,12 +16,12 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from common.argtypes import concurrency_list, positive_float, positive_int
+from common.net import free_port
 from loadtest import ReportError, read_report, render_comparison, table
-from zerogap.argtypes import concurrency_list, positive_float, positive_int
 from zerogap.demo_stack import KEY_ENV, POOLS, Pool, Stack, harness_settings
 from zerogap.interrupts import stop_on_signals
 from zerogap.locust_run import run_locust
-from zerogap.net import free_port
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from typing import IO
 
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
 from backends.supervisor_thread import SupervisorThread
-from zerogap.commands import zerogap_command
+from common.commands import zerogap_command
 
 KEY_ENV = "ZEROGAP_DEMO_KEY"
 HOST = "127.0.0.1"

@@ -14,11 +14,11 @@ import signal
 import sys
 from pathlib import Path
 
-from backends.sim.capacity import MAX_REPLICAS
+from backends.sim.plan.capacity import MAX_REPLICAS
+from backends.sim.plan.sweep_compare import compare_lines
 from backends.sim.settings import SimSettings, settings_from_config
-from backends.sim.sweep_compare import compare_lines
-from zerogap.argtypes import both_slo_targets, concurrency_list, positive_float, positive_int
-from zerogap.config import ConfigError, load_config
+from common.argtypes import both_slo_targets, concurrency_list, positive_float, positive_int
+from common.config import ConfigError, load_config
 
 DEFAULT_PORT = 8100
 
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "plan":
         return _plan_main(argv[1:])
     if argv and argv[0] == "calibrate":
-        from backends.sim.calibrate_cli import main as calibrate_main
+        from backends.sim.calibrate.cli import main as calibrate_main
 
         return calibrate_main(argv[1:])
     args = serve_parser().parse_args(argv)
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
 
 
 def _plan_main(argv: list[str]) -> int:
-    from backends.sim.sweep import format_table, run_sweep
+    from backends.sim.plan.sweep import format_table, run_sweep
 
     parser = plan_parser()
     args = parser.parse_args(argv)
@@ -163,8 +163,8 @@ def _plan_main(argv: list[str]) -> int:
 
 
 def _capacity(settings: SimSettings, args: argparse.Namespace) -> int:
-    from backends.sim.capacity import fewest_replicas, format_answer
-    from backends.sim.pool_predict import Load, Window
+    from backends.sim.plan.capacity import fewest_replicas, format_answer
+    from backends.sim.plan.pool_predict import Load, Window
 
     load = Load(args.users, args.prompt_tokens, args.output_tokens)
     window = Window(args.step_duration_s - args.measure_last_s, args.measure_last_s)
@@ -200,7 +200,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 async def _serve_async(settings: SimSettings, host: str, port: int) -> int:
     from aiohttp import web
 
-    from backends.sim.server import create_app
+    from backends.sim.server.app import create_app
 
     runner = web.AppRunner(create_app(settings), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()

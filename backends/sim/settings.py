@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from zerogap.config.model import Config
-from zerogap.config.sim import SimSection
+from common.config.model import Config
+from common.config.sim import SimSection
 
 DEFAULT_MAX_MODEL_LEN = 8192
 

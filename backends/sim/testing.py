@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from zerogap.commands import zerogap_command
-from zerogap.net import free_port, wait_http_ok
-from zerogap.process_group import stop_process
+from common.commands import zerogap_command
+from common.net import free_port, wait_http_ok
+from common.process_group import stop_process
 
 EMPTY_CONFIG = "# empty: every setting has its default\n"
 

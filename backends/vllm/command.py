@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.errors import LaunchError
-from zerogap.config import Config
+from common.config import Config
 
 ENTRY = Path(__file__).with_name("entry.py")
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from zerogap.config import Config
+from common.config import Config
 
 _MAX_LEN = re.compile(r"estimated maximum model length is (\d+)")
 _DERIVED = re.compile(r"derived max_model_len \(max_position_embeddings=(\d+)")

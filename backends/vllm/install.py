@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 
 from backends.errors import LaunchError
-from zerogap.config import Config
+from common.config import Config
 
 PROBE_TIMEOUT_S = 60.0
 # Fast: reads the installed distribution's metadata, does not import vLLM (10 s here).

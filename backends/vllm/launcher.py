@@ -17,7 +17,7 @@ from backends.vllm.gpus import split_gpus, visible_gpus
 from backends.vllm.install import VllmInstall, detect_vllm, vllm_python
 from backends.vllm.startup_report import StartupReport
 from backends.vllm.table import build_rows, render
-from zerogap.config import Config
+from common.config import Config
 
 
 def vllm_specs(config: Config, install: VllmInstall, env: Mapping[str, str], log_dir: Path | None) -> list[ChildSpec]:

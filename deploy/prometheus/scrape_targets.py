@@ -27,8 +27,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # run as a script from anywhere: the checkout's packages
 
+from common.config import ConfigError, load_config  # noqa: E402
 from loadreport.settings import SettingsError, load_settings  # noqa: E402
-from zerogap.config import ConfigError, load_config  # noqa: E402
 
 DCGM_DEFAULT = "127.0.0.1:9400"
 ANY_HOST = {"0.0.0.0", "::", ""}  # a server listening everywhere is scraped on this machine's loopback

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.net import free_port
+from common.process_group import stop_process
 from tests.support import REPO, zerogap_cmd
-from zerogap.net import free_port
-from zerogap.process_group import stop_process
 
 ARTICLE = REPO / "tests" / "fixtures" / "article"
 SECRET = "sk-article-reader-0042"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from common.config import ConfigError, load_config, parse_config
+from common.net import free_port
 from loadreport.schedule import LoadSchedule
 from loadreport.settings import parse_settings
 from tests.article.stack import ARTICLE, article_config
 from tests.support import zerogap_cmd
-from zerogap.config import ConfigError, load_config, parse_config
-from zerogap.net import free_port
 
 
 def test_the_articles_config_toml_is_valid_as_written() -> None:

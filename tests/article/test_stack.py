@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 from tests.article.stack import MODEL, SECRET, Stack, article_settings, article_stack, write_json
 from tests.loadtest.helpers import LOCUST, locust_cmd, read_report
 from tests.render import inspect_page
 from tests.support import REPO
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 @pytest.fixture(scope="module")

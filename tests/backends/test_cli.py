@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from common.net import free_port
+from common.process_group import stop_process
 from tests.support import wait_until, zerogap_cmd
-from zerogap.net import free_port
-from zerogap.process_group import stop_process
 
 
 def write_config(tmp_path: Path, body: str) -> Path:

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from backends.supervisor import ChildSpec, Hooks, StartupFailure, Supervisor, Timing
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import group_alive
+from common.net import free_port, wait_for_port
+from common.process_group import group_alive
 
 SERVER = """
 import http.server, subprocess, sys

@@ -12,8 +12,8 @@ import pytest
 
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
 from backends.supervisor_thread import SupervisorThread
-from zerogap.net import free_port, http_ok
-from zerogap.process_group import group_alive
+from common.net import free_port, http_ok
+from common.process_group import group_alive
 
 SERVER = """
 import http.server, subprocess, sys

@@ -12,7 +12,7 @@ import pytest
 
 from bench import continuation as bench
 from bench.continuation import ModeResult, judge_stream, verdict
-from zerogap.config import load_config
+from common.config import load_config
 
 
 def event(obj: dict[str, Any]) -> bytes:
@@ -88,10 +88,10 @@ def test_the_log_excerpt_names_warnings_and_the_first_traceback() -> None:
     log = "\n".join(
         [
             "04:05:00 INFO gateway: listening",
-            "04:05:01 WARNING gateway.relay: backend up0 broke the stream: reset",
-            "04:05:01 ERROR gateway.middleware: unexpected error on POST /v1/chat/completions",
+            "04:05:01 WARNING gateway.relay.relay: backend up0 broke the stream: reset",
+            "04:05:01 ERROR gateway.server.middleware: unexpected error on POST /v1/chat/completions",
             "Traceback (most recent call last):",
-            '  File "gateway/relay.py", line 1, in run',
+            '  File "gateway/relay/relay.py", line 1, in run',
             "    boom()",
             "KeyError: 'x'",
             "04:05:02 INFO gateway: still here",

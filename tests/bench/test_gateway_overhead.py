@@ -14,8 +14,8 @@ import pytest
 from bench import _loadgen as bench_loadgen
 from bench import gateway_overhead
 from bench._report import GOAL_CPU_RATIO, GOAL_TTFT_MS, figures, report, verdict
-from gateway.keys.sqlite import KeyStore
-from zerogap.config import load_config
+from common.config import load_config
+from gateway.tenants.keys.sqlite import KeyStore
 
 UNIFIED = "bench-unified-key"
 

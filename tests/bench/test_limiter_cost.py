@@ -23,7 +23,7 @@ def test_each_limiter_and_a_previous_tree_side_by_side(capsys: pytest.CaptureFix
 
 
 def test_a_previous_tree_is_loaded_under_its_own_name() -> None:
-    from gateway.limits.redis import RedisLimiter
+    from gateway.tenants.limits.redis import RedisLimiter
 
     previous = limiter_cost.previous_redis_limiter(ROOT)
     assert previous is not RedisLimiter and previous.__module__ == "previous_limits_redis"

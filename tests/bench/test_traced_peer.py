@@ -9,7 +9,7 @@ from typing import Any
 
 from bench import gateway_overhead
 from bench._report import figures, verdict
-from zerogap.config import load_config
+from common.config import load_config
 
 
 def a_round(kind: str, n: int, ttft_ms: float, cpu: float) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from backends.vllm.command import vllm_argv
+from common.config.loader import load_config
 from tests.deploy.paths import REPO
-from zerogap.config.loader import load_config
 
 _DEFAULT = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}")
 # Where each replica is and what it serves differ by deployment on purpose.

@@ -11,10 +11,10 @@ from typing import Any
 
 import yaml
 
+from common.config.loader import parse_config
+from common.config.model import Config
 from tests.deploy.paths import K8S
 from tests.deploy.secrets import SECRETS
-from zerogap.config.loader import parse_config
-from zerogap.config.model import Config
 
 NAMESPACE = "zerogap"
 SECRET = "zerogap-secrets"

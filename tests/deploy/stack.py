@@ -19,11 +19,11 @@ from typing import Any
 
 import yaml
 
+from common.net import free_port, wait_for_port, wait_http_ok
+from common.process_group import stop_process
 from tests.deploy.paths import CONSOLES, LIBRARIES, PROMETHEUS, REPO
 from tests.support import zerogap_cmd
 from tests.tools import require_tool
-from zerogap.net import free_port, wait_for_port, wait_http_ok
-from zerogap.process_group import stop_process
 
 MODEL = "tiny-sim"
 UNIFIED_KEY = "sk-deploy-live-unified"

@@ -13,11 +13,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from common.config.loader import load_config
 from tests.deploy.flags import flag_map, launcher_flags
 from tests.deploy.paths import COMPOSE, DEPLOY, PROMETHEUS, load_yaml
 from tests.deploy.secrets import COMPOSE_ENV as ENV
 from tests.tools import require_tool
-from zerogap.config.loader import load_config
 
 
 def compose_schema() -> dict[str, Any]:

@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from common.config.loader import ConfigError, load_config
 from tests.deploy.paths import COMPOSE, load_yaml
 from tests.deploy.secrets import COMPOSE_ENV as ENV
-from zerogap.config.loader import ConfigError, load_config
 
 REQUIRED = {"TAOTOKEN_API_KEY", "ZEROGAP_METRICS_KEY", "VLLM_API_KEY", "REDIS_PASSWORD", "POSTGRES_PASSWORD"}
 _REFERENCE = re.compile(r"\$\{([A-Z_]+)(:[-?][^}]*)?\}")

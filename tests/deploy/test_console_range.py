@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from common.net import free_port
 from tests.deploy.grafana_display import NO_VALUE, P99_TILES, STEP, shown
 from tests.deploy.paths import CONSOLE_PAGES, CONSOLES, REPO, RULES, grafana_panels
 from tests.deploy.pictures import DrawnPage, drawn_pages
 from tests.deploy.stack import MODEL, UNIFIED_KEY, Stack, prom_api, start_gateway, start_prometheus, start_sim
 from tests.tools import require_tool
-from zerogap.net import free_port
 
 pytestmark = pytest.mark.slow
 

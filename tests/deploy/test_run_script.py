@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from backends.sim.testing import run_sim_process
+from common.net import free_port, wait_http_ok
+from common.process_group import stop_process
 from tests.deploy.paths import CONSOLE_PAGES, PROMETHEUS, recording_rules
 from tests.tools import require_tool
-from zerogap.net import free_port, wait_http_ok
-from zerogap.process_group import stop_process
 
 
 def get(url: str) -> str:

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from common.net import free_port
 from tests.deploy.checks import finite_values
 from tests.deploy.paths import CONSOLE_PAGES
 from tests.deploy.pictures import DrawnPage, drawn_pages, ink_fraction
 from tests.deploy.stack import Stack, prom_api, start_gateway, start_locust, start_prometheus, start_sim
 from tests.render import render_png
 from tests.tools import require_tool
-from zerogap.net import free_port
 
 pytestmark = pytest.mark.slow
 

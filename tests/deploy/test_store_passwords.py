@@ -17,18 +17,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from gateway.keys.base import KeyStoreError
-from gateway.keys.postgres import PostgresStore
-from gateway.limits.redis import RedisLimiter
+from common.config.loader import load_config
+from common.config.model import Config
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
+from gateway.tenants.keys.base import KeyStoreError
+from gateway.tenants.keys.postgres import PostgresStore
+from gateway.tenants.limits.redis import RedisLimiter
 from tests.deploy.k8s_docs import container, expand_args, find, gateway_config
 from tests.deploy.paths import COMPOSE, load_yaml
 from tests.deploy.secrets import COMPOSE_ENV, SECRETS
 from tests.fixtures.postgres import PostgresServer, pg_bin
 from tests.tools import require_tool
-from zerogap.config.loader import load_config
-from zerogap.config.model import Config
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 DEPLOYS = ["k8s", "compose"]
 _COMPOSE_VAR = re.compile(r"\$\{([A-Z_]+)(?::[-?][^}]*)?\}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.keys.sqlite import KeyStore
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import auth, chat_body, error_of
 

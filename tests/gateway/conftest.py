@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 from tests.fixtures.postgres import PostgresServer
 from tests.tools import require_tool
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ from typing import Any
 
 import aiohttp
 
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 from tests.gateway.helpers import auth, chat_body
 from tests.support import zerogap_cmd
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 @dataclass

@@ -13,15 +13,15 @@ from typing import Any
 import aiohttp
 import uvicorn
 
+from common.config import Config, parse_config
+from common.net import free_port
+from common.promtext import sum_samples
 from gateway.app import create_app
 from gateway.cli import http_limits
 from gateway.gateway import Gateway
-from gateway.http_limits import protocol_class
-from gateway.upstream import UpstreamClient
+from gateway.server.http_limits import protocol_class
+from gateway.upstream.client import UpstreamClient
 from tests.sse import data_payloads
-from zerogap.config import Config, parse_config
-from zerogap.net import free_port
-from zerogap.promtext import sum_samples
 
 UNIFIED = "unified-secret-123"
 METRICS_KEY = "metrics-secret-helpers-456"  # make_config(per_key=True): /metrics names each key
@@ -57,7 +57,7 @@ def make_config(
 class _ClosingServer(uvicorn.Server):
     """uvicorn's server that closes what is still open when its shutdown is over: a request it
     cancelled at its graceful timeout (a client still sending its body) is answered 500 with a
-    lingering close (gateway/lingering.py), which would end after the thread's event loop has:
+    lingering close (gateway/server/lingering.py), which would end after the thread's event loop has:
     its transport left open, a ResourceWarning in whichever test the collector next ran in."""
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
@@ -68,7 +68,7 @@ class _ClosingServer(uvicorn.Server):
 
 class GatewayServer:
     """uvicorn serving create_app(config) on its own thread and event loop, with the gateway's own
-    HTTP protocol (gateway/http_limits.py: the [server] limits, lingering close)."""
+    HTTP protocol (gateway/server/http_limits.py: the [server] limits, lingering close)."""
 
     def __init__(self, config: Config, client: UpstreamClient | None = None) -> None:
         self.config = config

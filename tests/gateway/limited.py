@@ -12,11 +12,11 @@ from pathlib import Path
 
 import uvicorn
 
+from common.config import Config, parse_config
+from common.net import free_port
 from gateway.app import create_app
 from gateway.cli import uvicorn_config
 from tests.gateway.raw_http import Conn, parse, request
-from zerogap.config import Config, parse_config
-from zerogap.net import free_port
 
 KEY = "unified-limits-secret-1"
 SMALL_BUFFER_BYTES = 2048  # the kernel doubles it; autotuning is off for such a socket

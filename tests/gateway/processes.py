@@ -15,9 +15,9 @@ from typing import Any
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.net import wait_for_port
+from common.process_group import stop_process
 from tests.support import zerogap_cmd
-from zerogap.net import wait_for_port
-from zerogap.process_group import stop_process
 
 UNIFIED = "unified-proc-secret-9"
 START_TIMEOUT_S = 120.0

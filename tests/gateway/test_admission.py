@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.keys.sqlite import KeyStore
+from common.net import free_port
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import METRICS_KEY, GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
 from tests.gateway.processes import GatewayProcess, write_config
-from zerogap.net import free_port
 
 BODY_BYTES = 4 * 1024 * 1024  # [gateway].max_body_bytes by default
 

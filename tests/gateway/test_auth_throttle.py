@@ -1,4 +1,4 @@
-"""Failed-auth throttling per client address (gateway/auth_throttle.py): the count on a clock the
+"""Failed-auth throttling per client address (gateway/tenants/auth_throttle.py): the count on a clock the
 test moves, its bounded tables under a flood of addresses, and a real gateway over HTTP where the
 other address is a second loopback address (127.0.0.2) the client binds to."""
 
@@ -14,8 +14,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.auth_throttle import MAX_ADDRESSES, MAX_ADDRESSES_PER_KEY, MAX_KNOWN_GOOD, AuthThrottle, address_group
-from gateway.keys.sqlite import KeyStore
+from gateway.tenants.auth_throttle import (
+    MAX_ADDRESSES,
+    MAX_ADDRESSES_PER_KEY,
+    MAX_KNOWN_GOOD,
+    AuthThrottle,
+    address_group,
+)
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, chat_body, error_of, get, make_config, metric
 

@@ -1,4 +1,4 @@
-"""gateway/body_scan.py and the decode it bounds: a body past the budget is refused before it is
+"""gateway/server/body_scan.py and the decode it bounds: a body past the budget is refused before it is
 decoded, one within it decodes in a small share of what Python's json took on the worst bodies,
 large refused bodies are still explained, and read_body hands on its scan."""
 
@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from bench.body_parse import CHUNK, counted, filled, shapes
-from gateway.asgi import read_body
-from gateway.body_scan import MAX_CONTAINERS, MAX_VALUES, BodyScan, ScannedBody
-from gateway.errors import ApiError
-from gateway.json_errors import EXPLAIN_BYTES
-from gateway.request import parse_call
-from gateway.strict_json import decode_object
-from zerogap.config.gateway import GatewaySection
+from common.config.gateway import GatewaySection
+from gateway.endpoints.request import parse_call
+from gateway.server.asgi import read_body
+from gateway.server.body_scan import MAX_CONTAINERS, MAX_VALUES, BodyScan, ScannedBody
+from gateway.server.errors import ApiError
+from gateway.server.json_errors import EXPLAIN_BYTES
+from gateway.server.strict_json import decode_object
 
 HEAD = b'{"model": "m", "prompt": "x", '
 PAD = b'"pad": "' + b"p" * EXPLAIN_BYTES + b'", '  # past EXPLAIN_BYTES: explained from msgspec's error

@@ -32,11 +32,11 @@ import psutil
 import pytest
 
 from bench.body_parse import counted, filled
-from gateway.body_scan import MAX_VALUES
+from common.net import free_port
+from gateway.server.body_scan import MAX_VALUES
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, write_config
 from tests.gateway.raw_http import Conn, request
-from zerogap.net import free_port
 
 pytestmark = pytest.mark.slow
 

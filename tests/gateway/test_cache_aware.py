@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.outlier import OutlierDetector
-from gateway.pool import Backend, ModelPool, Router
-from gateway.routing.affinity import AFFINITY, BALANCE, NO_MATCH, BlockLru, PrefixAffinity
-from gateway.routing.metrics import RouteMetrics
-from gateway.routing.prefix import Prompt, chain_hashes, prompt_blocks, prompt_text
-from zerogap.config import parse_config
-from zerogap.config.gateway import BackendEntry
-from zerogap.config.loader import ConfigError
-from zerogap.config.routing import CacheAwareSection
+from common.config import parse_config
+from common.config.gateway import BackendEntry
+from common.config.loader import ConfigError
+from common.config.routing import CacheAwareSection
+from gateway.pool.model_pool import Backend, ModelPool, Router
+from gateway.pool.outlier import OutlierDetector
+from gateway.pool.routing.affinity import AFFINITY, BALANCE, NO_MATCH, BlockLru, PrefixAffinity
+from gateway.pool.routing.metrics import RouteMetrics
+from gateway.pool.routing.prefix import Prompt, chain_hashes, prompt_blocks, prompt_text
 
 SETTINGS = CacheAwareSection(block_chars=8, max_prompt_blocks=64, balance_abs=4, balance_rel=1.5)
 

@@ -26,13 +26,13 @@ from typing import Any
 import aiohttp
 
 from backends.sim.testing import SimProcess, run_sim_process
-from gateway.pool import ModelPool
-from gateway.routing.affinity import PrefixAffinity
+from common.net import free_port
+from common.promtext import sums_by_name
+from gateway.pool.model_pool import ModelPool
+from gateway.pool.routing.affinity import PrefixAffinity
 from loadtest import Workload, parse_settings
 from tests.gateway.helpers import GatewayServer, auth, make_config
 from tests.gateway.processes import UNIFIED, GatewayProcess
-from zerogap.net import free_port
-from zerogap.promtext import sums_by_name
 
 HITS, QUERIES, FINISHED = (
     "vllm:prefix_cache_hits_total",

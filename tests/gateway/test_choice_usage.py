@@ -1,11 +1,11 @@
-"""gateway/choice_usage.py: a stream of several choices charged as the sum of each choice's own
+"""gateway/relay/choice_usage.py: a stream of several choices charged as the sum of each choice's own
 usage (vLLM's continuous usage is per choice), each prompt once."""
 
 from __future__ import annotations
 
 import json
 
-from gateway.choice_usage import ChoiceUsage
+from gateway.relay.choice_usage import ChoiceUsage
 
 
 def event(payload: dict) -> bytes:

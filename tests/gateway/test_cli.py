@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from common.net import free_port, wait_for_port
 from tests.fixtures.upstream import UpstreamServer
 from tests.support import zerogap_cmd
-from zerogap.net import free_port, wait_for_port
 
 UNIFIED = "unified-cli-secret-42"
 METRICS = "metrics-cli-secret-43"

@@ -1,4 +1,4 @@
-"""gateway/client_side.py on its own: the paths the served tests (test_proxy, test_usage_charged,
+"""gateway/relay/client_side.py on its own: the paths the served tests (test_proxy, test_usage_charged,
 test_cycles) do not reach: a client gone before the hook, the hook after the request, and the
 task a server other than uvicorn's httptools gets."""
 
@@ -15,8 +15,8 @@ from typing import Any
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from gateway.client_side import KEEPALIVE, ClientSide
-from gateway.exchange import SSE_HEADERS
+from gateway.relay.client_side import KEEPALIVE, ClientSide
+from gateway.relay.exchange import SSE_HEADERS
 
 
 class FakeExchange:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.limits.memory import MemoryLimiter
+from common.net import free_port
+from gateway.tenants.limits.memory import MemoryLimiter
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.concurrent_streams import (
     NUM_TOKENS,
@@ -32,7 +33,6 @@ from tests.gateway.helpers import (
     wait_until,
 )
 from tests.gateway.processes import GatewayProcess, write_config
-from zerogap.net import free_port
 
 
 async def test_twelve_streams_on_a_key_of_four(tmp_path: Path) -> None:

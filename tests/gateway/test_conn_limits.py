@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from common.net import free_port
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.limited import (
     KEY,
@@ -30,7 +31,6 @@ from tests.gateway.limited import (
 )
 from tests.gateway.processes import UNIFIED, GatewayProcess, metric_sum, write_config
 from tests.gateway.raw_http import Conn, chat_request, parse, request
-from zerogap.net import free_port
 
 HOUR_S = 3600  # a timeout that must not be what closes a connection in these tests
 PER_CLIENT = 3
@@ -300,7 +300,7 @@ def test_workers_ignore_x_forwarded_for_by_default(tmp_path: Path, upstream: Ups
 
 
 def test_the_settings_are_checked() -> None:
-    from zerogap.config.gateway import ServerSection
+    from common.config.gateway import ServerSection
 
     with pytest.raises(ValueError, match=r"max_connections_per_client \(300\) must be at most max_connections"):
         ServerSection(max_connections=200, max_connections_per_client=300)

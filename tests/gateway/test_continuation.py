@@ -1,4 +1,4 @@
-"""A stream that outlives its backend (gateway/continuation.py, resume.py): broken after its first
+"""A stream that outlives its backend (gateway/relay/continuation.py, resume.py): broken after its first
 token, it goes on at another backend from the text relayed so far, and the client reads one
 stream. Real gateway over HTTP; fixture upstreams that continue their answer (t0, t1, ...) from
 the text they are given, as vLLM does with continue_final_message, so every word can be checked."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.continuation import Transcript
+from gateway.relay.continuation import Transcript
 
 
 def event(content: str) -> bytes:

@@ -8,11 +8,11 @@ import signal
 import time
 from pathlib import Path
 
-from gateway.keys.sqlite import KeyStore
+from common.net import free_port
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.faults import Seen, gateway_process, one, session, stream_body, usage_of
 from tests.gateway.helpers import UNIFIED, GatewayServer, get, make_config, wait_until
-from zerogap.net import free_port
 
 MARGIN_S = 1.0
 

@@ -11,13 +11,13 @@ import json
 import aiohttp
 import pytest
 
-from gateway.lingering import LINGER_BYTES, LINGER_S
+from common.net import free_port
+from gateway.server.lingering import LINGER_BYTES, LINGER_S
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import METRICS_KEY, UNIFIED, GatewayServer, auth, error_of, make_config, metric
 from tests.gateway.malformed import corpus
 from tests.gateway.processes import UNIFIED as PROC_KEY
 from tests.gateway.processes import GatewayProcess, write_config
-from zerogap.net import free_port
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ async def test_no_malformed_body_gets_a_5xx_or_leaves_a_traceback(gateway_proces
 
 
 async def test_a_refused_client_that_keeps_sending_is_cut_off_after_the_linger_bound(gateway) -> None:
-    """The lingering close (gateway/lingering.py) reads what a refused client still sends, but at
+    """The lingering close (gateway/server/lingering.py) reads what a refused client still sends, but at
     most LINGER_BYTES: past them the connection closes, however fast the client sends."""
     gs, _ = gateway
     _reader, writer = await asyncio.open_connection("127.0.0.1", gs.config.server.port)

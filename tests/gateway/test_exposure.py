@@ -88,7 +88,7 @@ async def test_without_metrics_key_both_are_open_the_metrics_name_no_key_and_the
 
 @pytest.mark.parametrize("field", ["api_key", "admin_key"])
 def test_metrics_key_must_differ_from_the_other_keys(tmp_path, field) -> None:
-    """Checked by the config (zerogap/config/gateway.py): the metrics key opens less than the others,
+    """Checked by the config (common/config/gateway.py): the metrics key opens less than the others,
     so it must not be one of them."""
     config = base_config(tmp_path, "http://127.0.0.1:9")
     same = getattr(config.server, field)

@@ -15,12 +15,12 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.keys.sqlite import KeyStore
-from gateway.pool_info import on_loopback
+from common.net import free_port
+from gateway.endpoints.backends_info import on_loopback
+from gateway.tenants.keys.sqlite import KeyStore
 from loadgen.metrics_discovery import ask_gateway
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
-from zerogap.net import free_port
 
 METRICS = "metrics-exposure-defaults-key-5"
 TENANT = "tenant-alpha-7c2e"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import psutil
 
+from common.net import free_port
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, chat, write_config
-from zerogap.net import free_port
 
 
 def listens(pid: int, port: int) -> bool:

@@ -1,6 +1,6 @@
 """tests/gateway/helpers.py's in-process gateway leaves no connection open when it stops, even one
 whose request it had to cancel at its graceful timeout (a client still sending the body): that
-request's 500 closes lingering (gateway/lingering.py), which would outlive the server's event loop
+request's 500 closes lingering (gateway/server/lingering.py), which would outlive the server's event loop
 and leave its transport open: a ResourceWarning in a later test (test_admin.py's, once)."""
 
 from __future__ import annotations

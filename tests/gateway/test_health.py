@@ -1,14 +1,14 @@
-"""gateway/health.py: the load a backend reports on its /metrics, and health checks against
+"""gateway/pool/health.py: the load a backend reports on its /metrics, and health checks against
 outlier holds (real upstreams on free ports)."""
 
 from __future__ import annotations
 
-from gateway.health import HealthMonitor, parse_queue
-from gateway.http_client import HttpUpstream
-from gateway.outlier import OutlierDetector
-from gateway.pool import Backend, Router
+from common.config.gateway import BackendEntry, GatewaySection
+from gateway.pool.health import HealthMonitor, parse_queue
+from gateway.pool.model_pool import Backend, Router
+from gateway.pool.outlier import OutlierDetector
+from gateway.upstream.http_client import HttpUpstream
 from tests.fixtures.upstream import UpstreamServer
-from zerogap.config.gateway import BackendEntry, GatewaySection
 
 
 def test_parse_queue() -> None:

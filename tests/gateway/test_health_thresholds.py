@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from gateway.health import HealthMonitor
-from gateway.http_client import HttpUpstream
-from gateway.pool import Backend, Router
+from common.config.gateway import BackendEntry, GatewaySection
+from gateway.pool.health import HealthMonitor
+from gateway.pool.model_pool import Backend, Router
+from gateway.upstream.http_client import HttpUpstream
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.faults import upstream_process
 from tests.gateway.helpers import GatewayServer, get, make_config, metric
-from zerogap.config.gateway import BackendEntry, GatewaySection
 
 TIMEOUT_S = 0.3
 LATE_S = 1.0  # a late answer: past TIMEOUT_S

@@ -1,4 +1,4 @@
-"""The HTTP limits of [server] (gateway/http_limits.py): header size, header and body time, the
+"""The HTTP limits of [server] (gateway/server/http_limits.py): header size, header and body time, the
 number of connections. The real app behind uvicorn as `zerogap gateway` configures it
 (gateway.cli.uvicorn_config, uvloop), a real upstream, raw sockets on loopback; and once the
 real `zerogap gateway` process."""
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from common.net import free_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.limited import (
     KEY,
@@ -24,7 +25,6 @@ from tests.gateway.limited import (
 )
 from tests.gateway.processes import GatewayProcess, write_config
 from tests.gateway.raw_http import Conn, chat_request, parse, request
-from zerogap.net import free_port
 
 MAX_HEADER_BYTES = 32 * 1024
 HEADER_TIMEOUT_S = 1.0

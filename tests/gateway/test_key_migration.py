@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.keys.base import KeyStoreError
-from gateway.keys.fields import InvalidKeyField
-from gateway.keys.sqlite import KeyStore
-from gateway.keys.sqlite_schema import SCHEMA_VERSION
+from gateway.tenants.keys.base import KeyStoreError
+from gateway.tenants.keys.fields import InvalidKeyField
+from gateway.tenants.keys.sqlite import KeyStore
+from gateway.tenants.keys.sqlite_schema import SCHEMA_VERSION
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, make_config, post
 

@@ -9,12 +9,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from gateway.keys.sqlite import KeyStore
+from common.net import free_port
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import METRICS_KEY, GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
 from tests.gateway.processes import write_config
 from tests.support import zerogap_cmd
-from zerogap.net import free_port
 
 
 def store_of(gs: GatewayServer) -> KeyStore:

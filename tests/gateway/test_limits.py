@@ -1,4 +1,4 @@
-"""gateway/limits/'s rule (rpm, tpm, max_concurrency) as each of its three keepers applies it:
+"""gateway/tenants/limits/'s rule (rpm, tpm, max_concurrency) as each of its three keepers applies it:
 this process's memory, the workers' shared SQLite file, and a real Redis."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import Principal
-from gateway.errors import ApiError
-from gateway.limits.base import Limiter
-from gateway.limits.memory import MemoryLimiter
-from gateway.limits.redis import RedisLimiter
-from gateway.limits.rule import MAX_COUNT, estimate_tokens
-from gateway.limits.sqlite import SqliteLimiter
+from gateway.server.errors import ApiError
+from gateway.tenants.auth import Principal
+from gateway.tenants.limits.base import Limiter
+from gateway.tenants.limits.memory import MemoryLimiter
+from gateway.tenants.limits.redis import RedisLimiter
+from gateway.tenants.limits.rule import MAX_COUNT, estimate_tokens
+from gateway.tenants.limits.sqlite import SqliteLimiter
 
 # Slots held in these tests are never meant to lapse: a lease far longer than any starved event
 # loop (0.3 s lapsed under 4 pytest workers in CI and freed a slot the test still held).

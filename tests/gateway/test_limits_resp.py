@@ -1,4 +1,4 @@
-"""gateway/limits/resp.py: the Redis limiter's one pipelined connection, against a real Redis
+"""gateway/tenants/limits/resp.py: the Redis limiter's one pipelined connection, against a real Redis
 (and a server that never answers)."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from redis.exceptions import ConnectionError, InvalidResponse, RedisError, ResponseError, TimeoutError
 
-from gateway.auth import Principal
-from gateway.errors import ApiError
-from gateway.limits.redis import RedisLimiter
-from gateway.limits.redis_lua import SETTLE
-from gateway.limits.resp import _INCOMPLETE, RedisConnection, Script, pack, parse
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
+from gateway.server.errors import ApiError
+from gateway.tenants.auth import Principal
+from gateway.tenants.limits.redis import RedisLimiter
+from gateway.tenants.limits.redis_lua import SETTLE
+from gateway.tenants.limits.resp import _INCOMPLETE, RedisConnection, Script, pack, parse
 from tests.tools import require_tool
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 def test_a_command_is_an_array_of_bulk_strings() -> None:

@@ -36,6 +36,6 @@ async def test_leaving_and_returning_backends_are_logged_without_credentials(tmp
     ],
 )
 def test_public_url_drops_credentials_query_and_fragment(url: str, shown: str) -> None:
-    from zerogap.net import public_url
+    from common.net import public_url
 
     assert public_url(url) == shown

@@ -1,5 +1,5 @@
 """Log lines a client causes with each request are logged at most once per interval per kind, with
-a count (gateway/log_throttle.py): a flood of malformed requests against a real `zerogap gateway`
+a count (gateway/observe/log_throttle.py): a flood of malformed requests against a real `zerogap gateway`
 process leaves a few lines, whose counts add up to the flood."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import re
 import socket
 from pathlib import Path
 
-from gateway.log_throttle import LogThrottle
+from common.net import free_port
+from gateway.observe.log_throttle import LogThrottle
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, write_config
-from zerogap.net import free_port
 
 NUM = 1000
 SUMMARY = re.compile(r"\[(\d+) more like this in the last \d+ s\]")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import aiohttp
 
+from common.net import free_port
 from tests.gateway.faults import gateway_process, one, session, stream_body, upstream_process
 from tests.gateway.processes import UNIFIED, metric_sum, write_config
-from zerogap.net import free_port
 
 NUM_STREAMS = 2048
 NUM_TOKENS = 8

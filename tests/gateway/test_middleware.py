@@ -1,4 +1,4 @@
-"""gateway/middleware.py: ErrorShield and FastPath as plain ASGI, driven directly."""
+"""gateway/server/middleware.py: ErrorShield and FastPath as plain ASGI, driven directly."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.asgi import Message, Receive, Scope, Send
-from gateway.middleware import ErrorShield, FastPath
+from gateway.server.asgi import Message, Receive, Scope, Send
+from gateway.server.middleware import ErrorShield, FastPath
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""One admission for the completion endpoints and POST /tokenize, /detokenize (gateway/admission.py),
+"""One admission for the completion endpoints and POST /tokenize, /detokenize (gateway/tenants/admission.py),
 against a real `zerogap gateway` process over HTTP: a tokenize takes from the key's rpm and holds
 one of its concurrency slots until it ends, is counted in zerogap_requests_total and
 zerogap_request_duration_seconds and in /admin/usage (0 tokens); and a key gets one answer for a
@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gateway.keys.sqlite import KeyStore
+from common.net import free_port
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
-from zerogap.net import free_port
 
 ADMIN = "admin-one-admission-key-41"
 METRICS = "metrics-one-admission-key-77"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-import gateway.outlier
-from gateway.outlier import OutlierDetector
-from gateway.pool import Backend, Router
-from zerogap.config.gateway import BackendEntry, GatewaySection
+import gateway.pool.outlier
+from common.config.gateway import BackendEntry, GatewaySection
+from gateway.pool.model_pool import Backend, Router
+from gateway.pool.outlier import OutlierDetector
 
 INTERVAL_S = GatewaySection().outlier_interval_s
 
@@ -19,7 +19,7 @@ INTERVAL_S = GatewaySection().outlier_interval_s
 def detector(
     monkeypatch: pytest.MonkeyPatch, now_s: list[float], names: str = "ab", **settings: Any
 ) -> tuple[OutlierDetector, list[Backend], list[str]]:
-    monkeypatch.setattr(gateway.outlier, "time", types.SimpleNamespace(monotonic=lambda: now_s[0]))
+    monkeypatch.setattr(gateway.pool.outlier, "time", types.SimpleNamespace(monotonic=lambda: now_s[0]))
     section = GatewaySection(**settings)
     entries = [BackendEntry(name=n, url=f"http://127.0.0.1:{i + 1}", model="m") for i, n in enumerate(names)]
     router = Router(entries, section.routing, section.cache_aware)
@@ -124,7 +124,7 @@ def test_a_pending_5xx_that_never_settles_is_dropped_and_counted(monkeypatch) ->
     dropped: list[int] = []
     det.on_dropped = lambda backend, num: dropped.append(num)
     det.for_request().failed(a, "500")  # its client left during the retry: never settled
-    for _ in range(gateway.outlier.HISTORY - 1):
+    for _ in range(gateway.pool.outlier.HISTORY - 1):
         det.success(a)  # kept behind it, in case it completes a run
     assert not dropped
     det.success(a)

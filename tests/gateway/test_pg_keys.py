@@ -11,8 +11,8 @@ import hmac
 import psycopg
 import pytest
 
-from gateway.keys.fields import InvalidKeyField
-from gateway.keys.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
+from gateway.tenants.keys.fields import InvalidKeyField
+from gateway.tenants.keys.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
 from tests.fixtures.postgres import PostgresServer
 
 SECRET = "cd" * 32

@@ -1,4 +1,4 @@
-"""The stream's hot path (gateway/pipe.py) against a real upstream through the real upstream
+"""The stream's hot path (gateway/relay/pipe.py) against a real upstream through the real upstream
 client: a client-side send that has to wait holds the backend back (reading pauses) and loses,
 doubles or reorders nothing; a send that fails stops the stream and closes the upstream request."""
 
@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from gateway.asgi import Message
-from gateway.exchange import SSE_HEADERS
-from gateway.flights import Flight
-from gateway.http_client import HttpUpstream
-from gateway.idle import IdleWatch
-from gateway.pipe import Pipe
-from gateway.sse import SHOW_ALL, SseFilter
-from gateway.upstream import UpstreamResponse
+from gateway.pool.flights import Flight
+from gateway.relay.exchange import SSE_HEADERS
+from gateway.relay.idle import IdleWatch
+from gateway.relay.pipe import Pipe
+from gateway.relay.sse import SHOW_ALL, SseFilter
+from gateway.server.asgi import Message
+from gateway.upstream.client import UpstreamResponse
+from gateway.upstream.http_client import HttpUpstream
 from tests.fixtures.upstream import Behavior, UpstreamServer
 
 NUM_TOKENS = 300

@@ -1,4 +1,4 @@
-"""gateway/chunk_writer.py on uvicorn's real RequestResponseCycle: a chunk written directly is the
+"""gateway/relay/chunk_writer.py on uvicorn's real RequestResponseCycle: a chunk written directly is the
 very bytes uvicorn's send writes for it, and in every state where send would do more (headers
 not sent, the socket full, the client gone, the response complete, a fixed Content-Length) the
 writer writes nothing and says so."""
@@ -12,8 +12,8 @@ from typing import Any
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from gateway.chunk_writer import chunk_writer
-from gateway.exchange import SSE_HEADERS
+from gateway.relay.chunk_writer import chunk_writer
+from gateway.relay.exchange import SSE_HEADERS
 
 CHUNK = b'data: {"choices":[{"index":0,"text":" t1"}]}\n\n'
 

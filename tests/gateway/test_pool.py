@@ -1,12 +1,12 @@
-"""gateway/pool.py: the backend each policy chooses, and panic routing."""
+"""gateway/pool/model_pool.py: the backend each policy chooses, and panic routing."""
 
 from __future__ import annotations
 
-from gateway.health import HealthMonitor
-from gateway.pool import Backend, ModelPool, Router
-from gateway.routing.rendezvous import Rendezvous
-from zerogap.config.gateway import BackendEntry
-from zerogap.config.routing import CacheAwareSection
+from common.config.gateway import BackendEntry
+from common.config.routing import CacheAwareSection
+from gateway.pool.health import HealthMonitor
+from gateway.pool.model_pool import Backend, ModelPool, Router
+from gateway.pool.routing.rendezvous import Rendezvous
 
 
 def test_least_load_and_round_robin_choices() -> None:

@@ -1,4 +1,4 @@
-"""GET /metrics/backends (gateway/pool_info.py): each backend's metrics URL for tools that read the
+"""GET /metrics/backends (gateway/endpoints/backends_info.py): each backend's metrics URL for tools that read the
 engines' signals, guarded as GET /metrics is ([server].metrics_key), never a secret in the body.
 Also from issue 24: the 404/405 of an unknown path or method carry a string code, and the rate
 log says nothing while the gateway is idle."""
@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gateway.rate_log import RateLog, counter_total
+from common.net import free_port
+from gateway.observe.rate_log import RateLog, counter_total
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, chat_body, error_of, get, make_config, post, wait_until
-from zerogap.net import free_port
 
 ADMIN = "admin-pool-info-key-42"
 METRICS = "metrics-pool-info-key-77"

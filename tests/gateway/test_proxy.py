@@ -1,4 +1,4 @@
-"""The client's side of a relayed request (gateway/proxy.py): a client that goes away stops the
+"""The client's side of a relayed request (gateway/endpoints/completions.py): a client that goes away stops the
 relay and closes the upstream request; while a stream waits for its first token the client
 gets SSE keep-alive comments."""
 

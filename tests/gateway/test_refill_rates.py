@@ -1,5 +1,5 @@
 """How fast a key's buckets fill again: rpm requests and tpm tokens per minute, i.e. rpm/60 and
-tpm/60 per second, in this process's memory and in Redis's Lua (the rule of gateway/limits/).
+tpm/60 per second, in this process's memory and in Redis's Lua (the rule of gateway/tenants/limits/).
 Retry-After is computed apart from the buckets, so these tests read the buckets themselves, on a
 clock the test sets (memory) or on Redis's own clock read before and after the script (Redis)."""
 
@@ -10,11 +10,11 @@ import random
 import pytest
 import redis
 
-from gateway.auth import Principal
-from gateway.errors import ApiError
-from gateway.limits.memory import MemoryLimiter
-from gateway.limits.redis_lua import HEAD, TOKENS
-from gateway.limits.rule import Bucket
+from gateway.server.errors import ApiError
+from gateway.tenants.auth import Principal
+from gateway.tenants.limits.memory import MemoryLimiter
+from gateway.tenants.limits.redis_lua import HEAD, TOKENS
+from gateway.tenants.limits.rule import Bucket
 
 
 class Clock:
@@ -28,7 +28,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr("gateway.limits.memory.time", clock)
+    monkeypatch.setattr("gateway.tenants.limits.memory.time", clock)
     return clock
 
 
@@ -115,7 +115,7 @@ def _python_level(capacity: int, level: float, idle_s: float) -> float:
 @pytest.mark.parametrize("kind", ["rpm", "tpm"])
 def test_redis_lua_decides_as_the_python_rule(redis_server: str, kind: str) -> None:
     """One rule, two texts: on 300 random buckets the Lua admits and refuses exactly where the
-    Python rule (gateway/limits/rule.py) does, and leaves the same level, up to the refill of the
+    Python rule (gateway/tenants/limits/rule.py) does, and leaves the same level, up to the refill of the
     few ms between the test's clock readings (a decision that falls inside them may go either way)."""
     rng = random.Random(20261202)
     client = redis.Redis.from_url(redis_server)

@@ -11,8 +11,10 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from gateway.http_client import HttpUpstream
-from gateway.upstream import UpstreamResponse
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
+from gateway.upstream.client import UpstreamResponse
+from gateway.upstream.http_client import HttpUpstream
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import (
     METRICS_KEY,
@@ -27,8 +29,6 @@ from tests.gateway.helpers import (
     post,
     wait_until,
 )
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 async def test_stream_is_relayed_and_usage_chunk_stripped(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""routing = "cache_aware" (gateway/routing/rendezvous.py), the pure parts: the same decision in
+"""routing = "cache_aware" (gateway/pool/routing/rendezvous.py), the pure parts: the same decision in
 every process, engines that leave or join move only their share, the load bound spreads a hot
 prefix, and the policies behind one interface. No I/O but a few `python -c` processes."""
 
@@ -13,14 +13,14 @@ from collections import Counter
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.pool import Backend, ModelPool, Router
-from gateway.routing.metrics import RouteMetrics
-from gateway.routing.policy import AFFINITY, BALANCE, NO_MATCH, LeastLoad, RoundRobin
-from gateway.routing.prefix import Prompt
-from gateway.routing.registry import POLICIES, make_policy
-from gateway.routing.rendezvous import Rendezvous
-from zerogap.config.gateway import BackendEntry
-from zerogap.config.routing import CacheAwareSection
+from common.config.gateway import BackendEntry
+from common.config.routing import CacheAwareSection
+from gateway.pool.model_pool import Backend, ModelPool, Router
+from gateway.pool.routing.metrics import RouteMetrics
+from gateway.pool.routing.policy import AFFINITY, BALANCE, NO_MATCH, LeastLoad, RoundRobin
+from gateway.pool.routing.prefix import Prompt
+from gateway.pool.routing.registry import POLICIES, make_policy
+from gateway.pool.routing.rendezvous import Rendezvous
 
 SETTINGS = CacheAwareSection(block_chars=8, key_blocks=4, load_factor=1.25, load_slack=0)
 NUM_PROMPTS = 2000
@@ -47,11 +47,11 @@ def homes(policy: Rendezvous, pool: list[Backend]) -> list[str]:
 
 DECIDE = """
 import json, sys
-from gateway.pool import Backend
-from gateway.routing.prefix import Prompt
-from gateway.routing.rendezvous import Rendezvous
-from zerogap.config.gateway import BackendEntry
-from zerogap.config.routing import CacheAwareSection
+from gateway.pool.model_pool.model_pool import Backend
+from gateway.pool.model_pool.routing.prefix import Prompt
+from gateway.pool.model_pool.routing.rendezvous import Rendezvous
+from common.config.gateway import BackendEntry
+from common.config.routing import CacheAwareSection
 settings, observed, loads, texts = json.loads(sys.stdin.read())
 policy = Rendezvous(CacheAwareSection(**settings))
 for reported, now_s in observed:

@@ -1,4 +1,4 @@
-"""gateway/request.py: what a request may hold, the body sent upstream, the token budget."""
+"""gateway/endpoints/request.py: what a request may hold, the body sent upstream, the token budget."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gateway.errors import ApiError
-from gateway.request import parse_call
-from zerogap.config.gateway import GatewaySection
+from common.config.gateway import GatewaySection
+from gateway.endpoints.request import parse_call
+from gateway.server.errors import ApiError
 
 DEFAULTS = GatewaySection()
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
@@ -92,7 +92,7 @@ def test_the_clients_stream_options_replaced_in_its_bytes_when_that_is_safe(raw,
 
 
 def test_a_request_that_is_not_streamed_goes_upstream_as_a_stream_with_usage_on_every_chunk() -> None:
-    """So that a client that leaves is charged what the engine made (gateway/assemble.py puts the
+    """So that a client that leaves is charged what the engine made (gateway/relay/assemble.py puts the
     answer together); the client's own stream_options are replaced, since it gets no stream."""
     raw = b'{"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}'
     call = parse(raw)

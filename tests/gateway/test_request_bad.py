@@ -1,13 +1,14 @@
-"""gateway/request.py and gateway/strict_json.py: each bad body is a 400 that names the field and the fix."""
+"""gateway/endpoints/request.py and gateway/server/strict_json.py: each bad body is a 400 that names the field
+and the fix."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.errors import ApiError
-from gateway.request import parse_call
-from gateway.strict_json import MAX_DEPTH
-from zerogap.config.gateway import GatewaySection
+from common.config.gateway import GatewaySection
+from gateway.endpoints.request import parse_call
+from gateway.server.errors import ApiError
+from gateway.server.strict_json import MAX_DEPTH
 
 MSG = b'"messages": [{"role": "user", "content": "x"}]'
 PAD = b', "pad": [' + b", ".join([b"{}"] * MAX_DEPTH) + b"]"

@@ -10,12 +10,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import strict_json
-from gateway.body_scan import BodyScan, ScannedBody
-from gateway.errors import ApiError
-from gateway.json_errors import depth_within
-from gateway.request import parse_call
-from zerogap.config.gateway import GatewaySection
+from common.config.gateway import GatewaySection
+from gateway.endpoints.request import parse_call
+from gateway.server import strict_json
+from gateway.server.body_scan import BodyScan, ScannedBody
+from gateway.server.errors import ApiError
+from gateway.server.json_errors import depth_within
 
 SETTINGS = GatewaySection(max_tokens_limit=1000, default_max_tokens=300)
 FIELDS = ["model", "stream", "stream_options", "messages", "prompt", "max_tokens", "max_completion_tokens", "n"]

@@ -1,4 +1,4 @@
-"""The body rules of gateway/request.py through a real gateway and a real upstream: max_tokens_limit,
+"""The body rules of gateway/endpoints/request.py through a real gateway and a real upstream: max_tokens_limit,
 max_tokens sent when the request names none, dropped fields, usage asked on every chunk."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.request_log import RequestLog
+from gateway.observe.request_log import RequestLog
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, get, make_config, post, wait_until
 

@@ -1,4 +1,4 @@
-"""One body, one message: a request that breaks a rule of zerogap/openai_request.py gets the same 400
+"""One body, one message: a request that breaks a rule of common/openai_request.py gets the same 400
 (message and param) from a real gateway and from a real simulated engine, each in its own shape
 (the gateway's invalid_request_error, the engine's vLLM-shaped BadRequestError). The gateway
 serves the sim, so the pair is also what a client of the gateway sees."""

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.keys.sqlite import KeyStore
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
 from tests.tools import require_tool
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 class RedisProcess:

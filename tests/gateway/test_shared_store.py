@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from common.net import free_port
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.processes import GatewayProcess, call, chat, write_config
 from tests.support import zerogap_cmd
-from zerogap.net import free_port
 
 ADMIN = "admin-shared-key-77"
 NUM_TOKENS = 16  # the fixture upstream's completion length; 3 prompt tokens per request ("a b c")

@@ -1,4 +1,4 @@
-"""gateway/sse.py: SSE events split across reads; the backend's usage read on every chunk (without
+"""gateway/relay/sse.py: SSE events split across reads; the backend's usage read on every chunk (without
 decoding the chunks) and shown to the client only as far as it asked; tokens counted when the
 backend reports none."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from backends.sim.protocol import GenerationRequest
-from backends.sim.sse import ResponseBuilder
-from gateway.sse import SHOW_ALL, SHOW_FINAL, SHOW_NONE, SseFilter, shown_usage
+from backends.sim.server.protocol import GenerationRequest
+from backends.sim.server.sse import ResponseBuilder
+from gateway.relay.sse import SHOW_ALL, SHOW_FINAL, SHOW_NONE, SseFilter, shown_usage
 
 CHUNK = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 ROLE = b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'

@@ -9,7 +9,7 @@ import json
 import aiohttp
 
 from backends.sim.testing import run_sim_process
-from gateway.keys.sqlite import KeyStore
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, error_of, make_config, post
 

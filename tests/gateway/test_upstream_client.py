@@ -1,4 +1,4 @@
-"""The gateway's own HTTP client (gateway/upstream.py) over real loopback sockets: chunked streams,
+"""The gateway's own HTTP client (gateway/upstream/client.py) over real loopback sockets: chunked streams,
 keep-alive reuse, refused and timed-out connections, backends that break or hang, and closing."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import uvloop
 
-from gateway.http_client import HttpUpstream
-from gateway.upstream import UpstreamError
+from common.net import free_port
+from gateway.upstream.client import UpstreamError
+from gateway.upstream.http_client import HttpUpstream
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import wait_until
-from zerogap.net import free_port
 
 JSON = {"Content-Type": "application/json"}
 

@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
+from common.net import free_port
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, events, make_config, post
-from zerogap.net import free_port
 
 BODY_500 = "failing on purpose with"  # the fixture's 5xx body text
 

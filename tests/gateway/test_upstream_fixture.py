@@ -11,9 +11,9 @@ import time
 import aiohttp
 import pytest
 
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 def sse_events(raw: bytes) -> list[str]:

@@ -178,7 +178,7 @@ async def test_a_stream_the_backend_breaks_or_stalls_is_charged_the_tokens_relay
 
 
 async def test_an_answer_without_usage_is_charged_its_chunks_and_an_estimated_prompt(tmp_path) -> None:
-    """Not streamed, yet asked upstream as a stream (gateway/assemble.py): one token per chunk."""
+    """Not streamed, yet asked upstream as a stream (gateway/relay/assemble.py): one token per chunk."""
     with UpstreamServer(Behavior(num_output_tokens=10, report_usage=False), model="m") as up:
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], admin_key=ADMIN)) as gs:
             key = new_key(gs, "plain")

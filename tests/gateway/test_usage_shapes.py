@@ -1,6 +1,6 @@
 """Every request shape is charged what it used (issue 35): a non-streamed request the client
 abandons midway, a list of prompts against tpm, and the answer a non-streamed client gets now
-that the gateway asks the backend for a stream (gateway/assemble.py). Real gateway over HTTP,
+that the gateway asks the backend for a stream (gateway/relay/assemble.py). Real gateway over HTTP,
 the fixture upstream in vLLM's shape; charges read from /admin/usage."""
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ uvicorn below the next minor; raise the pin only with this file green). Each fai
 uvicorn internal and the gateway file that relies on it.
 
 - The real protocol, driven over a real connection: the fast paths that fall back without a word
-  when uvicorn changes (gateway/chunk_writer.py's direct write, gateway/client_side.py's
+  when uvicorn changes (gateway/relay/chunk_writer.py's direct write, gateway/relay/client_side.py's
   disconnect hook) must engage, and [server].idle_connection_timeout_s must arm uvicorn's
-  keep-alive timer (gateway/http_limits.py replaces its timeout_keep_alive).
+  keep-alive timer (gateway/server/http_limits.py replaces its timeout_keep_alive).
 - A fingerprint of each uvicorn method the gateway copies or whose order it relies on (its syntax
   tree, so formatting, comments and docstrings do not count): when one changes, re-read it beside
   the gateway's code named in its line, then record the new fingerprint here.
@@ -31,10 +31,10 @@ from packaging.version import Version
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from gateway.chunk_writer import CYCLE_FIELDS, chunk_writer
-from gateway.client_side import _GoneEvent, _hookable
-from gateway.http_limits import LimitedHttpProtocol, protocol_class
-from gateway.http_refusals import HttpLimits
+from gateway.relay.chunk_writer import CYCLE_FIELDS, chunk_writer
+from gateway.relay.client_side import _GoneEvent, _hookable
+from gateway.server.http_limits import LimitedHttpProtocol, protocol_class
+from gateway.server.http_refusals import HttpLimits
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = uvicorn.__version__
@@ -43,23 +43,23 @@ IDLE_S = 123.0  # an idle timeout no default has
 # uvicorn's method -> (its fingerprint on the uvicorn these were read against, what relies on it)
 RELIED_ON: dict[str, tuple[str, str]] = {
     "HttpToolsProtocol.data_received": (
-        "8583b7d501b5", "gateway/http_limits.py LimitedHttpProtocol.data_received is a copy of it"),
+        "8583b7d501b5", "gateway/server/http_limits.py LimitedHttpProtocol.data_received is a copy of it"),
     "HttpToolsProtocol.connection_lost": (
-        "8a5a84898dab", "gateway/client_side.py _GoneEvent: `disconnected` is set before the message event"),
+        "8a5a84898dab", "gateway/relay/client_side.py _GoneEvent: `disconnected` is set before the message event"),
     "HttpToolsProtocol.on_headers_complete": (
-        "f5d7f89383b9", "gateway/http_refusals.py _refuse_request: a pipelined request queues self.app"),
+        "f5d7f89383b9", "gateway/server/http_refusals.py _refuse_request: a pipelined request queues self.app"),
     "HttpToolsProtocol.on_message_complete": (
-        "4ce97e51d988", "gateway/http_limits.py on_message_complete gives the cycle's keep_alive back first"),
+        "4ce97e51d988", "gateway/server/http_limits.py on_message_complete gives the cycle's keep_alive back first"),
     "HttpToolsProtocol.on_response_complete": (
-        "3b835da51ff0", "gateway/http_limits.py: its timeout_keep_alive (the idle timeout) arms the timer"),
+        "3b835da51ff0", "gateway/server/http_limits.py: its timeout_keep_alive (the idle timeout) arms the timer"),
     "HttpToolsProtocol.shutdown": (
-        "7fa717a61d60", "gateway/http_limits.py shutdown and _hold_keep_alive (keep_alive off: close after)"),
+        "7fa717a61d60", "gateway/server/http_limits.py shutdown and _hold_keep_alive (keep_alive off: close after)"),
     "RequestResponseCycle.send": (
-        "e4355b337add", "gateway/chunk_writer.py writes a body chunk as send does, in the states it reads"),
+        "e4355b337add", "gateway/relay/chunk_writer.py writes a body chunk as send does, in the states it reads"),
     "RequestResponseCycle.receive": (
-        "5c6d69bd5c2e", "gateway/client_side.py resumes reading as receive does, and hooks its message event"),
+        "5c6d69bd5c2e", "gateway/relay/client_side.py resumes reading as receive does, and hooks its message event"),
     "Server.handle_exit": (
-        "7ea8c96125df", "gateway/drain.py DrainingServer.handle_exit: should_exit before, force_exit after"),
+        "7ea8c96125df", "gateway/pool/drain.py DrainingServer.handle_exit: should_exit before, force_exit after"),
 }  # fmt: skip
 OWNERS = {"HttpToolsProtocol": HttpToolsProtocol, "RequestResponseCycle": RequestResponseCycle,
           "Server": uvicorn.Server}  # fmt: skip
@@ -97,8 +97,8 @@ def test_each_uvicorn_method_the_gateway_relies_on_is_the_one_it_was_read_agains
 
 
 def test_the_names_and_shapes_the_gateway_uses_are_there() -> None:
-    """What the gateway's protocol subclass calls or reads by name (gateway/http_limits.py,
-    gateway/http_refusals.py) and uvicorn's server (gateway/drain.py, gateway/cli.py)."""
+    """What the gateway's protocol subclass calls or reads by name (gateway/server/http_limits.py,
+    gateway/server/http_refusals.py) and uvicorn's server (gateway/pool/drain.py, gateway/cli.py)."""
     params = list(inspect.signature(HttpToolsProtocol.__init__).parameters)
     assert params == ["self", "config", "server_state", "app_state", "_loop"], f"HttpToolsProtocol.__init__{params}"
     for method in ("_unset_keepalive_if_required", "send_400_response", "_should_upgrade", "handle_websocket_upgrade",
@@ -111,10 +111,12 @@ def test_the_names_and_shapes_the_gateway_uses_are_there() -> None:
     assert hasattr(config, "timeout_graceful_shutdown"), "uvicorn.Config.timeout_graceful_shutdown (drain.py)"
     server = uvicorn.Server(config)
     for name in ("started", "should_exit", "force_exit"):
-        assert hasattr(server, name), f"uvicorn {VERSION}: uvicorn.Server.{name} (gateway/drain.py, gateway/cli.py)"
+        assert hasattr(server, name), (
+            f"uvicorn {VERSION}: uvicorn.Server.{name} (gateway/pool/drain.py, gateway/cli.py)"
+        )
     assert list(inspect.signature(uvicorn.Server.serve).parameters) == ["self", "sockets"], "uvicorn.Server.serve"
     startup = inspect.getsource(uvicorn.Server.startup)
-    assert "self.servers" in startup, "uvicorn.Server.servers (gateway/drain.py closes them to stop accepting)"
+    assert "self.servers" in startup, "uvicorn.Server.servers (gateway/pool/drain.py closes them to stop accepting)"
 
 
 async def _ok_app(scope: Any, receive: Any, send: Any) -> None:
@@ -201,29 +203,35 @@ async def test_a_streamed_chunk_is_written_directly_and_the_idle_timeout_arms_ke
         writer.write(REQUEST)
         await served.app_ended()
         assert seen["writer"] is not None, (
-            f"uvicorn {VERSION}: gateway/chunk_writer.py found no RequestResponseCycle.send with {CYCLE_FIELDS} "
+            f"uvicorn {VERSION}: gateway/relay/chunk_writer.py found no RequestResponseCycle.send with {CYCLE_FIELDS} "
             "and flow.write_paused: every relayed chunk now goes through send (slower)"
         )
         response = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 30)
         assert seen["wrote"] and b"6\r\ndirect\r\n4\r\nlast\r\n0\r\n\r\n" in response, response
         assert seen["hook"] is not None, (
-            f"uvicorn {VERSION}: gateway/client_side.py cannot hook the cycle behind receive (message_event, "
+            f"uvicorn {VERSION}: gateway/relay/client_side.py cannot hook the cycle behind receive (message_event, "
             "disconnected, flow.resume_reading): each relayed request now watches receive() in a task"
         )
         (protocol,) = served.protocols
         for name in PROTOCOL_FIELDS:
-            assert hasattr(protocol, name), f"uvicorn {VERSION}: no HttpToolsProtocol.{name} (gateway/http_limits.py)"
+            assert hasattr(protocol, name), (
+                f"uvicorn {VERSION}: no HttpToolsProtocol.{name} (gateway/server/http_limits.py)"
+            )
         for name in CYCLE_READ:
             assert hasattr(seen["hook"], name), f"uvicorn {VERSION}: no RequestResponseCycle.{name} (gateway/http_*.py)"
         for name in FLOW_READ:
-            assert hasattr(protocol.flow, name), f"uvicorn {VERSION}: no FlowControl.{name} (gateway/http_refusals.py)"
-        assert protocol.logger.name == "uvicorn.error", "gateway/log_throttle.py throttles uvicorn.error's lines"
+            assert hasattr(protocol.flow, name), (
+                f"uvicorn {VERSION}: no FlowControl.{name} (gateway/server/http_refusals.py)"
+            )
+        assert protocol.logger.name == "uvicorn.error", (
+            "gateway/observe/log_throttle.py throttles uvicorn.error's lines"
+        )
         timer = protocol.timeout_keep_alive_task
         assert timer is not None, f"uvicorn {VERSION}: no HttpToolsProtocol.timeout_keep_alive_task after a response"
         left_s = timer.when() - asyncio.get_running_loop().time()
         assert IDLE_S - 30 < left_s <= IDLE_S, (
             f"uvicorn {VERSION}: its keep-alive timer ({left_s:.0f} s) does not read timeout_keep_alive, which "
-            "gateway/http_limits.py sets to [server].idle_connection_timeout_s"
+            "gateway/server/http_limits.py sets to [server].idle_connection_timeout_s"
         )
     finally:
         await _closed(server, writer)
@@ -236,7 +244,9 @@ async def test_a_client_that_hangs_up_calls_the_hook_from_uvicorns_connection_lo
         await receive()
         cycle = _hookable(receive)
         hooked.set()
-        assert cycle is not None, f"uvicorn {VERSION}: gateway/client_side.py cannot hook the cycle behind receive"
+        assert cycle is not None, (
+            f"uvicorn {VERSION}: gateway/relay/client_side.py cannot hook the cycle behind receive"
+        )
         cycle.message_event = _GoneEvent(cycle, gone.set)
         cycle.flow.resume_reading()
         await gone.wait()  # in flight, as a relayed request is, until its client hangs up
@@ -253,7 +263,7 @@ async def test_a_client_that_hangs_up_calls_the_hook_from_uvicorns_connection_lo
         await asyncio.wait_for(served.lost.wait(), 30)
         assert gone.is_set(), (
             f"uvicorn {VERSION}: HttpToolsProtocol.connection_lost did not set the cycle's `disconnected` before "
-            "its message event: gateway/client_side.py never sees a client that hung up"
+            "its message event: gateway/relay/client_side.py never sees a client that hung up"
         )
         await served.app_ended()
     finally:

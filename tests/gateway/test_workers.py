@@ -10,7 +10,8 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from gateway.keys.sqlite import KeyStore
+from common.net import free_port
+from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.concurrent_streams import (
     NUM_TOKENS,
@@ -23,7 +24,6 @@ from tests.gateway.concurrent_streams import (
     streams,
 )
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
-from zerogap.net import free_port
 
 NUM_REQUESTS = 24
 

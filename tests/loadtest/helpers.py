@@ -12,10 +12,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from common.net import free_port
 from loadtest import RunReport
 from tests.fixtures.upstream import Seen
 from tests.support import REPO
-from zerogap.net import free_port
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 

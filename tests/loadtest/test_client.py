@@ -77,7 +77,7 @@ def test_http_error_timeout_and_broken_stream_are_failures_by_kind() -> None:
 
 
 def test_no_server_is_a_connection_error() -> None:
-    from zerogap.net import free_port
+    from common.net import free_port
 
     streamer = client(f"http://127.0.0.1:{free_port()}")
     record, _, detail = streamer.stream(body())

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.helpers import LOCUST, write_settings
 from tests.support import REPO, QuietHandler, serving, wait_until
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 pytestmark = pytest.mark.slow
 

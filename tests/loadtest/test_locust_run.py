@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from common.net import free_port
+from common.process_group import stop_process
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
 from tests.loadtest.helpers import Truth, locust_cmd, read_report, run_locust, upstream_truth, within, write_settings
 from tests.support import REPO
-from zerogap.net import free_port
-from zerogap.process_group import stop_process
 
 TTFT_S, INTERVAL_S, TOKENS_PER_CHUNK, OUTPUT_TOKENS = 0.1, 0.05, 2, 20
 E2E_S = TTFT_S + (OUTPUT_TOKENS // TOKENS_PER_CHUNK - 1) * INTERVAL_S

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from common.net import free_port
 from loadgen.metrics_discovery import EMPTY, as_seen_from_here, ask_gateway, listing_url, metrics_urls
 from loadgen.sampler import DISCOVERY_TRIES, Sampler
 from loadreport.settings import MetricsSection, parse_settings
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, make_config
 from tests.support import QuietHandler, serving
-from zerogap.net import free_port
 
 METRICS_KEY = "metrics-discovery-key-31"
 KEY_ENV = "ZG_TEST_GATEWAY_METRICS_KEY"

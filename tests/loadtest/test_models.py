@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from common.net import free_port
 from loadgen.models import ModelChoiceError, choose_model
 from tests.support import QuietHandler, serving
-from zerogap.net import free_port
 
 
 @contextmanager

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from backends.sim.testing import run_sim_process
+from common.promtext import sum_samples
 from loadgen.locust_stats import request_name
 from tests.loadtest.helpers import locust_cmd, read_report, write_settings
 from tests.support import REPO
-from zerogap.promtext import sum_samples
 
 ABORTED = ("vllm:request_success_total", {"finished_reason": "abort"})
 

@@ -9,12 +9,12 @@ import sys
 import threading
 import time
 
+from common.net import free_port
 from loadgen.signals import CPU_INTERVAL, TOKEN_INTERVAL, GpuUtil, scrape_backends
 from loadreport.settings import MetricsSection
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.loadtest.backend_metrics import SignalServer
 from tests.support import REPO
-from zerogap.net import free_port
 
 
 def test_backend_metrics_and_prometheus_sources() -> None:

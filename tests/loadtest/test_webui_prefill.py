@@ -13,10 +13,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 from tests.loadtest.helpers import LOCUST, write_settings
 from tests.support import REPO
-from zerogap.net import free_port, wait_for_port
-from zerogap.process_group import stop_process
 
 
 def template_args(page: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from zerogap.argtypes import both_slo_targets, slo_targets
+from common.argtypes import both_slo_targets, slo_targets
 
 
 def test_slo_targets_reads_either_or_both() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 
 import zerogap
+from common.commands import zerogap_command
 from tests.support import REPO
-from zerogap.commands import zerogap_command
 
 
 def test_the_command_runs_zerogap_with_its_arguments_in_a_child() -> None:

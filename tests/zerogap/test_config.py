@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from zerogap.config import ConfigError, load_config, parse_config
-from zerogap.config.loader import field_path
+from common.config import ConfigError, load_config, parse_config
+from common.config.loader import field_path
 
 REPO = Path(__file__).resolve().parents[2]
 

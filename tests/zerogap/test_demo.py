@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
+from backends.sim.plan.sweep import StepSummary, run_sweep
 from backends.sim.settings import SimSettings
-from backends.sim.sweep import StepSummary, run_sweep
 from loadtest import RunReport
 from tests.support import zerogap_cmd
 

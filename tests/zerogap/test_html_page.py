@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.config import Config
+from common.html_page import BASE_STYLE, html_page, image_html
 from loadtest import render_comparison, render_run
 from tests.loadtest.report_files import Figures, write_report
-from zerogap.config import Config
-from zerogap.html_page import BASE_STYLE, html_page, image_html
 from zerogap.tune.grid import Candidate
 from zerogap.tune.rank import Result
 from zerogap.tune.render import write_all

@@ -1,11 +1,11 @@
-"""zerogap.net.port_is_free: one rule for every command that checks a port before it starts
+"""common.net.port_is_free: one rule for every command that checks a port before it starts
 (the gateway, its workers, the backends' replicas), for IPv4 and IPv6 hosts alike."""
 
 from __future__ import annotations
 
 import socket
 
-from zerogap.net import free_port, port_is_free
+from common.net import free_port, port_is_free
 
 
 def test_a_port_nobody_holds_is_free_on_ipv4_and_ipv6() -> None:

@@ -1,4 +1,4 @@
-"""zerogap/openai_request.py: the request rules the gateway and the simulated engine share.
+"""common/openai_request.py: the request rules the gateway and the simulated engine share.
 Each bound is tested at the last value that passes and the first that does not."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from zerogap.openai_request import (
+from common.openai_request import (
     MAX_CHOICES,
     MAX_MODEL_CHARS,
     MAX_TOKENS_BOUND,

@@ -1,4 +1,4 @@
-from zerogap.promtext import iter_samples, sum_samples, sums_by_name
+from common.promtext import iter_samples, sum_samples, sums_by_name
 
 PAGE = """# HELP vllm:num_requests_running Running.
 # TYPE vllm:num_requests_running gauge

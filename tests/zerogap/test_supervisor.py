@@ -1,4 +1,4 @@
-"""The shared supervisor core (zerogap/supervisor.py) with real child processes (a small Python script):
+"""The shared supervisor core (common/supervisor.py) with real child processes (a small Python script):
 restarts with back-off, failed starts counted to the limit, SIGTERM to the whole group on stop, SIGKILL
 after the grace for a child that ignores SIGTERM, a second signal forwarded, the ready deadline."""
 
@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import pytest
 
-from zerogap.process_group import group_alive, popen_in_group
-from zerogap.supervisor import ProcessSupervisor, RestartPolicy, Slot, StartupFailure
+from common.process_group import group_alive, popen_in_group
+from common.supervisor import ProcessSupervisor, RestartPolicy, Slot, StartupFailure
 
 # One child per spawn; what it does is the step letter the test's plan gives that spawn:
 #   F  exits with code 4 at once (a failed start)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zerogap.config import parse_config
-from zerogap.config.model import Config
+from common.config import parse_config
+from common.config.model import Config
 from zerogap.tune.cli import main as tune_main
 from zerogap.tune.estimate import (
     HARNESS_REPORT_S,

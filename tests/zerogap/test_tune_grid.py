@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from zerogap.config import ConfigError
-from zerogap.config.model import Config
+from common.config import ConfigError
+from common.config.model import Config
 from zerogap.tune.cli import main as tune_main
 from zerogap.tune.grid import candidates, parse_axis
 

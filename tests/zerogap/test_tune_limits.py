@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.config.loader import parse_config
 from loadtest import diagnose
-from zerogap.config.loader import parse_config
 from zerogap.tune.grid import Candidate
 from zerogap.tune.trial import Trial
 from zerogap.tune.virtual import virtual_step

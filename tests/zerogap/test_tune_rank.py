@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
-from zerogap.config import Config
+from common.config import Config
 from zerogap.tune.grid import Candidate
 from zerogap.tune.rank import Result, rank
 from zerogap.tune.toml_text import paste_lines

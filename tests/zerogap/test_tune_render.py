@@ -9,7 +9,7 @@ from typing import Any
 
 import matplotlib
 
-from zerogap.config import Config
+from common.config import Config
 from zerogap.tune.grid import Candidate
 from zerogap.tune.rank import Result
 from zerogap.tune.render import _plot, write_all

@@ -13,9 +13,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from zerogap.argtypes import concurrency_list, positive_float, positive_int, slo_targets
-from zerogap.config import ConfigError, load_config
-from zerogap.config.model import Config
+from common.argtypes import concurrency_list, positive_float, positive_int, slo_targets
+from common.config import ConfigError, load_config
+from common.config.model import Config
 from zerogap.interrupts import stop_on_signals
 from zerogap.tune.estimate import estimate
 from zerogap.tune.grid import Candidate, candidates, parse_axis

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from backends.sim.cost_model import CostModel
+from backends.sim.engine.cost_model import CostModel
 from backends.sim.settings import SimSettings, settings_from_config
-from zerogap.config.model import Config
+from common.config.model import Config
 from zerogap.tune.trial import Trial
 
 STARTUP_S = {"sim": 2.0, "vllm": 90.0}  # the pool's start to /health 200 (its replicas start together)

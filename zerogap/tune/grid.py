@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from zerogap.config import ConfigError
-from zerogap.config.loader import describe_validation_error, field_path
-from zerogap.config.model import Config
+from common.config import ConfigError
+from common.config.loader import describe_validation_error, field_path
+from common.config.model import Config
 
 SECTIONS = ("scheduler", "token_interval", "engine", "sim")
 PARTNERS = {"async_scheduling": "overlap_token_interval", "overlap_token_interval": "async_scheduling"}

@@ -14,9 +14,9 @@ from backends.sim_pool import sim_pool
 from backends.supervisor import ChildSpec, Hooks, Supervisor, Timing
 from backends.supervisor_thread import SupervisorThread
 from backends.vllm.launcher import vllm_pool
-from zerogap.commands import zerogap_command
-from zerogap.config.model import Config
-from zerogap.net import free_port
+from common.commands import zerogap_command
+from common.config.model import Config
+from common.net import free_port
 from zerogap.tune.toml_text import sections_text
 
 ENGINE_SECTIONS = ("engine", "scheduler", "token_interval", "sim")
@@ -67,7 +67,7 @@ class CandidatePool:
         self.base_port, self.gateway_port = free_port(), free_port()
         path = self.folder / "config.toml"
         path.write_text(candidate_config(self.config, self.base_port, self.gateway_port, self.key), "utf-8")
-        from zerogap.config import load_config
+        from common.config import load_config
 
         config = load_config(path, strict_env=False)
         self._out = (self.folder / "supervisor.log").open("a", encoding="utf-8")

@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from common.html_page import html_page, image_html
 from loadtest import Curve, curve_styles, draw_curves
-from zerogap.html_page import html_page, image_html
 from zerogap.tune.rank import Result
 from zerogap.tune.toml_text import paste_lines
 from zerogap.tune.trial import Trial

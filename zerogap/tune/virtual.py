@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from backends.sim.plan.sweep import summarise
+from backends.sim.plan.virtual import VirtualRun, closed_loop
 from backends.sim.settings import settings_from_config
-from backends.sim.sweep import summarise
-from backends.sim.virtual import VirtualRun, closed_loop
 from loadtest import diagnose
 from zerogap.tune.grid import Candidate
 from zerogap.tune.rank import Result

@@ -9,8 +9,8 @@ from typing import Any
 
 import aiohttp
 
+from common.promtext import iter_samples
 from tests.sse import DONE, data_of
-from zerogap.promtext import iter_samples
 
 
 @dataclass

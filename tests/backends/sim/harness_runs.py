@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from backends.sim import stepped
+from backends.sim.engine.steps import StepRecord
+from backends.sim.plan import stepped
+from backends.sim.plan.stepped import Schedule, Step
+from backends.sim.plan.virtual import VirtualRun
 from backends.sim.settings import SimSettings
-from backends.sim.stepped import Schedule, Step
-from backends.sim.steps import StepRecord
-from backends.sim.virtual import VirtualRun
 from loadreport.timeline import write_csv
 from loadtest import RunReport
 

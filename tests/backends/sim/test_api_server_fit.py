@@ -1,4 +1,4 @@
-"""calibrate's API server (backends/sim/fit_terms.api_server): where the load generator had more
+"""calibrate's API server (backends/sim/calibrate/fit_terms.api_server): where the load generator had more
 requests in flight than the engine held, a first-come-first-served server as slow as every step
 allows; and, behind it, the client gap from the users the load generator did not have in flight."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from backends.sim import cli
-from backends.sim.calibrate_runs import Observation
-from backends.sim.fit_terms import api_server, client_gap
+from backends.sim.calibrate.fit_terms import api_server, client_gap
+from backends.sim.calibrate.runs import Observation
 from backends.sim.settings import SimSettings, settings_from_config
+from common.config import load_config
 from tests.backends.sim.harness_runs import Stepped, write_run
-from zerogap.config import load_config
 
 
 def observation(index: int, users: int, tps: float, running: float, in_flight: float, rps: float) -> Observation:

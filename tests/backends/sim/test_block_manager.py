@@ -1,5 +1,5 @@
-from backends.sim.block_manager import BlockManager
-from backends.sim.sequence import Sequence
+from backends.sim.engine.block_manager import BlockManager
+from backends.sim.engine.sequence import Sequence
 
 
 def _seq(seq_id: int, tokens: list[int]) -> Sequence:

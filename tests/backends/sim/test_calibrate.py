@@ -16,8 +16,8 @@ import pytest
 
 from backends.sim import cli
 from backends.sim.settings import SimSettings, settings_from_config
+from common.config import load_config
 from tests.backends.sim.harness_runs import Stepped, write_run
-from zerogap.config import load_config
 
 TRUTH = {  # every term off its default
     "forward_fixed_ms": 8.0,

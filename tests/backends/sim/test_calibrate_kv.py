@@ -1,4 +1,4 @@
-"""backends/sim/calibrate.py `with_engine_signals`: the KV cache's size read off the engines' KV
+"""backends/sim/calibrate/fit.py `with_engine_signals`: the KV cache's size read off the engines' KV
 usage against their running requests. A sequence holds its prompt and the output made so far, so
 over its life it holds, on average, its prompt and half its output. The engine here is the sim's
 own core (its block manager counts the blocks), run with no clock: the gauges are its per-step
@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-from backends.sim.calibrate import with_engine_signals
-from backends.sim.calibrate_runs import Observation
-from backends.sim.core import EngineCore
+from backends.sim.calibrate.fit import with_engine_signals
+from backends.sim.calibrate.runs import Observation
+from backends.sim.engine.core import EngineCore
+from backends.sim.plan.virtual import random_prompt
 from backends.sim.settings import SimSettings
-from backends.sim.virtual import random_prompt
 
 BLOCKS = 6000  # the engine's true KV cache, in blocks of 16 tokens
 USERS = 32

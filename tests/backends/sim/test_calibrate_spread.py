@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from backends.sim.calibrate_cli import _spread
+from backends.sim.calibrate.cli import _spread
 
 
 def test_a_small_error_is_a_percentage_and_not_flagged() -> None:

@@ -1,12 +1,12 @@
-"""calibrate's client gap (backends/sim/fit_terms.client_gap): the share of a user's cycle (users /
+"""calibrate's client gap (backends/sim/calibrate/fit_terms.client_gap): the share of a user's cycle (users /
 requests per second) that the engine's own gauges put outside the engine."""
 
 from __future__ import annotations
 
 import pytest
 
-from backends.sim.calibrate_runs import Observation
-from backends.sim.fit_terms import client_gap
+from backends.sim.calibrate.fit_terms import client_gap
+from backends.sim.calibrate.runs import Observation
 from backends.sim.settings import SimSettings
 
 

@@ -1,4 +1,4 @@
-from backends.sim.core import EngineCore
+from backends.sim.engine.core import EngineCore
 from backends.sim.settings import SimSettings
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from backends.sim.cost_model import CostModel
-from backends.sim.scheduler import Batch
+from backends.sim.engine.cost_model import CostModel
+from backends.sim.engine.scheduler import Batch
 from backends.sim.settings import SimSettings
 
 

@@ -1,4 +1,4 @@
-"""calibrate fits the engine's part of TTFT (backends/sim/calibrate_runs.engine_ttft_ms): the client's
+"""calibrate fits the engine's part of TTFT (backends/sim/calibrate/runs.engine_ttft_ms): the client's
 TTFT less each request's time in flight outside the engine (Little's law on the load generator's
 in-flight figure and the engine's gauges), which the model has no place for.
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.sim.calibrate import calibrate
-from backends.sim.calibrate_runs import (
+from backends.sim.calibrate.fit import calibrate
+from backends.sim.calibrate.runs import (
     ENGINE_TTFT_MIN_SHARE,
     Observation,
     engine_ttft_ms,

@@ -1,4 +1,4 @@
-"""The engine's API server in the sim (backends/sim/frontend.py, outbox.py): one first-come-
+"""The engine's API server in the sim (backends/sim/engine/frontend.py, outbox.py): one first-come-
 first-served server that every request passes on its way in and every token on its way out,
 in virtual time and in the served sim."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from backends.sim.frontend import Frontend
+from backends.sim.engine.frontend import Frontend
+from backends.sim.plan.stepped import Schedule, Step, measure_steps, simulate
+from backends.sim.plan.virtual import closed_loop
 from backends.sim.settings import SimSettings
-from backends.sim.stepped import Schedule, Step, measure_steps, simulate
 from backends.sim.testing import SimProcess, run_sim_process
-from backends.sim.virtual import closed_loop
 from tests.backends.sim._client import metrics, stream
 
 OUTPUT_TOKENS = 32

@@ -1,4 +1,4 @@
-"""backends/sim/protocol.py: the simulated engine's own rules on top of zerogap/openai_request.py
+"""backends/sim/server/protocol.py: the simulated engine's own rules on top of common/openai_request.py
 (the shared rules' messages are tested there, and through both servers in
 tests/gateway/test_request_same_as_sim.py). Bounds are tested at the last value that passes and the first
 that does not."""
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from backends.sim import words
-from backends.sim.protocol import RequestError, check_model, parse_generation
+from backends.sim.engine import words
+from backends.sim.server.protocol import RequestError, check_model, parse_generation
 from backends.sim.settings import SimSettings
 
 SETTINGS = SimSettings(model="sim-m", max_model_len=100)

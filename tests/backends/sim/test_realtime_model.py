@@ -11,10 +11,10 @@ import time
 import aiohttp
 import pytest
 
-from backends.sim import words
+from backends.sim.engine import words
+from backends.sim.plan.virtual import Arrival, VirtualEngine, VirtualRequest
 from backends.sim.settings import SimSettings
 from backends.sim.testing import run_sim_process
-from backends.sim.virtual import Arrival, VirtualEngine, VirtualRequest
 from tests.backends.sim._client import StreamResult, stream
 
 # Steps of ~0.2 s: on a shared 2-core machine, scheduling noise of tens of ms stays

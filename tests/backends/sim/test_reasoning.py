@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from backends.sim.reasoning import num_reasoning
+from backends.sim.server.reasoning import num_reasoning
 from backends.sim.testing import SimProcess, run_sim_process
 from tests.sse import DONE, data_of
 

@@ -1,6 +1,6 @@
-from backends.sim.block_manager import BlockManager
-from backends.sim.scheduler import Scheduler
-from backends.sim.sequence import SeqStatus, Sequence
+from backends.sim.engine.block_manager import BlockManager
+from backends.sim.engine.scheduler import Scheduler
+from backends.sim.engine.sequence import SeqStatus, Sequence
 
 
 def _sample(seq: Sequence) -> int:

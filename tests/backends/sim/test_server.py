@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import pytest
 
+from backends.sim.plan.virtual import Arrival, VirtualEngine
 from backends.sim.settings import SimSettings
 from backends.sim.testing import SimProcess, run_sim_process
-from backends.sim.virtual import Arrival, VirtualEngine
 from tests.backends.sim._client import metrics, stream
 
 MODEL = "sim-test"

@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from backends.sim import words
+from backends.sim.engine import words
+from backends.sim.server.tokenize_api import LearnedWords
 from backends.sim.testing import SimProcess, run_sim_process
-from backends.sim.tokenize_api import LearnedWords
 from tests.backends.sim._client import stream
 
 MODEL = "sim-tok"

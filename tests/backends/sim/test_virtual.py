@@ -2,9 +2,9 @@
 
 import pytest
 
+from backends.sim.plan.sweep import StepSummary, run_sweep, summarise
+from backends.sim.plan.virtual import Arrival, VirtualEngine, closed_loop
 from backends.sim.settings import SimSettings
-from backends.sim.sweep import StepSummary, run_sweep, summarise
-from backends.sim.virtual import Arrival, VirtualEngine, closed_loop
 
 
 def _at_256(async_scheduling: bool, slot_reuse: bool) -> StepSummary:
@@ -110,7 +110,7 @@ def test_virtual_time_does_not_sleep():
 def test_a_window_without_finished_requests_reports_none():
     [row] = run_sweep(SimSettings(), [16], 32, 4000, step_duration_s=10, measure_last_s=5)
     assert row.tpot_mean_s is None and row.output_tps > 0
-    from backends.sim.sweep import format_table
+    from backends.sim.plan.sweep import format_table
 
     assert "hold the step longer" in format_table([row])
 

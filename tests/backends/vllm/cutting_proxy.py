@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from zerogap.net import free_port
+from common.net import free_port
 
 
 class CuttingProxy:

@@ -20,11 +20,11 @@ import psutil
 import pytest
 
 from backends.tiny_model import build_tiny_model
+from common.net import free_port, wait_http_ok
+from common.process_group import stop_process
+from common.promtext import sum_samples
 from tests.fixtures.otlp import OtlpReceiver
 from tests.support import REPO, zerogap_cmd
-from zerogap.net import free_port, wait_http_ok
-from zerogap.process_group import stop_process
-from zerogap.promtext import sum_samples
 
 UNIFIED = "vllm-tier-unified-key"
 MODEL = "tiny-llama"

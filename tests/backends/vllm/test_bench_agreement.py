@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from backends.tiny_model import build_tiny_model
+from common.net import free_port, wait_http_ok
+from common.process_group import stop_process
 from tests.backends.vllm.bench_agreement import Load, compare
 from tests.backends.vllm.pool import SETUP_TIMEOUT_S, vllm_interpreter
 from tests.support import zerogap_cmd
-from zerogap.net import free_port, wait_http_ok
-from zerogap.process_group import stop_process
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(SETUP_TIMEOUT_S + 300)]  # may install vLLM
 

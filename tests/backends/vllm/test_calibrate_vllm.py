@@ -12,7 +12,7 @@ fraction of the users' requests (running 0.3 of 1 user, 0.7 of 4, measured), a r
 tokens often reach the client in one burst (TPOT p50 0 ms at 1-8 users), TTFT is the API
 server's queue (80-200 ms against a ~1 ms step), and how much CPU each of them gets changes with
 the load. Calibrate models the requests the load generator had in flight but the engine did
-not hold as an API server (backends/sim/frontend.py: one first-come-first-served server,
+not hold as an API server (backends/sim/engine/frontend.py: one first-come-first-served server,
 saturated at the busiest fit step), and the users not in flight as client_gap_ms. Before the API
 server, measured output TPS errors at 8 and 32 users: +11% and -46%; -16% and -11%; on the CI
 machine +88% and +144%, then +161% and +354%, and once 17.9x at 32 users: vLLM made 2,936 tok/s

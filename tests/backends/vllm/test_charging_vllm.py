@@ -1,7 +1,7 @@
 """What the gateway charges for the request shapes vLLM streams per choice (issue 35), checked
 against vLLM itself: a cut `n = 2` stream is charged every choice's tokens (vLLM's continuous
 usage on each chunk is that chunk's choice's only), and a non-streamed request, which the gateway
-asks for as a stream and puts together (gateway/assemble.py), gets vLLM's own non-streamed answer.
+asks for as a stream and puts together (gateway/relay/assemble.py), gets vLLM's own non-streamed answer.
 The tier's shared replica behind the real gateway (tests/conftest.py's vllm_pool)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from backends.errors import LaunchError
 from backends.tiny_model import build_tiny_model
 from backends.vllm.command import ENTRY, asked, resolve_model, vllm_argv, vllm_env
-from zerogap.config import parse_config
+from common.config import parse_config
 
 
 def config(text: str, base: Path):

@@ -5,8 +5,8 @@ in tests/backends/test_cli.py and test_real_vllm.py."""
 from __future__ import annotations
 
 from backends.vllm.diagnose import diagnose
+from common.config import parse_config
 from tests.backends.vllm.captured import CUDA_OOM_LINES, KV_TOO_SMALL_LINES, TOO_LONG_LINES
-from zerogap.config import parse_config
 
 CONFIG = parse_config('[engine]\nmodel = "m"\ngpu_memory_utilization = 0.95\nmax_model_len = 32768\n', env={})
 

@@ -8,7 +8,7 @@ import pytest
 
 from backends.errors import LaunchError
 from backends.vllm.install import detect_vllm, vllm_python
-from zerogap.config import parse_config
+from common.config import parse_config
 
 
 def test_interpreter_without_vllm_points_to_setup(tmp_path) -> None:

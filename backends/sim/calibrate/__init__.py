@@ -1,0 +1,1 @@
+"""`zerogap sim calibrate`: fit the [sim] cost model to stepped load-test runs."""

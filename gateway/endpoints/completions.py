@@ -1,0 +1,114 @@
+"""The ASGI endpoints of the completion APIs: check the request, then hand it to the relay."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from gateway.endpoints.request import parse_call
+from gateway.relay.client_side import ClientSide
+from gateway.relay.exchange import Exchange
+from gateway.relay.pipe import Pipe
+from gateway.server.asgi import ClientGone, Receive, Scope, Send, header, read_body
+from gateway.server.errors import ApiError
+from gateway.tenants.admission import Admission, admit_head, admit_model, limit, refuse
+from gateway.tenants.limits import estimate_tokens
+
+if TYPE_CHECKING:
+    from gateway.gateway import Gateway
+    from gateway.pool.model_pool import ModelPool
+    from gateway.relay.relay import Items
+
+
+class Completions:
+    """POST /v1/chat/completions (chat=True) or /v1/completions."""
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.path = "/v1/chat/completions" if chat else "/v1/completions"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        arrived_s = time.monotonic()  # TTFT and duration count from here, admission included
+        gw: Gateway = scope["app"].state.gateway
+        admission = Admission(arrived_s)
+        gw.observer.begin(scope, admission.marks)
+        try:
+            try:
+                exchange, pool = await self._admit(gw, scope, receive, admission)
+            except ApiError as exc:
+                await refuse(gw, scope, send, exc, admission)
+                gw.observer.refused(scope, admission.marks, admission.key, admission.model, exc, self.path)
+                return
+            except ClientGone:
+                return
+            exchange.t0_s = arrived_s
+            gw.observer.admitted(scope, admission.marks, exchange)
+            exchange.continue_ok = header(scope, b"x-zerogap-continue") not in NO_CONTINUE
+            await serve(gw, exchange, pool, receive, send)
+        finally:
+            admission.release(gw)
+
+    async def _admit(
+        self, gw: Gateway, scope: Scope, receive: Receive, admission: Admission
+    ) -> tuple[Exchange, ModelPool]:
+        """The shared admission (gateway/tenants/admission.py): the key, its expiry, rpm and concurrency
+        from the headers; then the body, the model; then tpm, which needs the parsed body."""
+        who = await admit_head(gw, scope, admission)
+        raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
+        admission.body_read = True
+        call = parse_call(raw, self.path, self.chat, gw.config.gateway)
+        admission.marks.body_s = time.monotonic()
+        pool = admit_model(gw, who, call.model, admission)
+        estimate = estimate_tokens(len(raw), call.budget_tokens)
+        if who.tpm is not None:
+            await limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
+        admission.marks.done_s = time.monotonic()
+        return Exchange(who, call, estimate), pool
+
+
+NO_CONTINUE = (b"off", b"false", b"0", b"no")  # X-Zerogap-Continue: a client that would rather see the break
+
+
+async def serve(gw: Gateway, exchange: Exchange, pool: ModelPool, receive: Receive, send: Send) -> None:
+    """Relay to the client in this task; if the client goes away first, the relay is cancelled
+    (which closes the upstream request)."""
+    task = asyncio.current_task()
+    assert task is not None
+    client = ClientSide(exchange, send, gw.config.gateway.keepalive_interval_s)
+    client.start(receive, task)
+    try:
+        await _drive(gw.relay.run(exchange, pool), send, client)
+    except asyncio.CancelledError:
+        if not client.gone or task.uncancel() > 0:
+            raise
+    finally:
+        client.stop()
+
+
+async def _drive(items: Items, send: Send, client: ClientSide) -> None:
+    done = False
+    outcome: BaseException | None = None  # what broke the last pipe: sent back to the relay
+    try:
+        while True:
+            try:
+                item = await items.asend(outcome)
+            except StopAsyncIteration:
+                break
+            outcome = None
+            if isinstance(item, bytes):
+                await send({"type": "http.response.body", "body": item, "more_body": True})
+                continue
+            if isinstance(item, Pipe):  # the body of a stream, relayed from the upstream's callback
+                outcome = await item.run(send)
+                continue
+            await send({"type": "http.response.start", "status": item.status, "headers": item.headers})
+            if item.body is not None:  # the whole answer; the generator ends after it
+                client.finished = True
+                await send({"type": "http.response.body", "body": item.body, "more_body": False})
+                done = True
+        client.finished = True
+        if not done:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await items.aclose()

@@ -1,0 +1,59 @@
+"""A streamed body's chunks written straight to the client's socket, as uvicorn's ASGI `send`
+would write them, without a coroutine per chunk.
+
+uvicorn's `send` for a body chunk of a chunked response, in the usual state (headers sent, the
+socket not full, the client still there), is one `transport.write` of the chunk framed as
+`<hex length>\\r\\n<bytes>\\r\\n`. Stepping that coroutine by hand (gateway/relay/pipe.py) still made a
+coroutine, a message dict, a list and a StopIteration per relayed token. `chunk_writer(send)`
+does that one write itself and says whether it could: in any other state (the socket full, the
+client gone, headers not yet sent, a server other than uvicorn's httptools protocol) it returns
+False and the caller sends through `send`, which then does what uvicorn does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from gateway.server.asgi import Send
+
+ChunkWriter = Callable[[bytes], bool]
+# What write() reads of uvicorn's cycle: a uvicorn that no longer has them gets no writer (send as before).
+CYCLE_FIELDS = ("flow", "transport", "disconnected", "chunked_encoding", "response_complete", "response_started")
+
+
+def httptools_cycle(bound: Any, method: Any) -> Any:
+    """uvicorn's httptools request cycle that `bound` is `method` of (its `send`, its `receive`);
+    None for anything else (a test's callable, another server's)."""
+    cycle: Any = getattr(bound, "__self__", None)
+    if type(cycle) is not RequestResponseCycle or getattr(bound, "__func__", None) is not method:
+        return None
+    return cycle
+
+
+def chunk_writer(send: Send) -> ChunkWriter | None:
+    """A writer for the body chunks of the response `send` belongs to; None if `send` is not
+    uvicorn's httptools `send` (a test's, or another server's): then every chunk goes through it."""
+    cycle = httptools_cycle(send, RequestResponseCycle.send)
+    if cycle is None:
+        return None
+    if not all(hasattr(cycle, name) for name in CYCLE_FIELDS) or not hasattr(cycle.flow, "write_paused"):
+        return None
+    flow, transport = cycle.flow, cycle.transport
+
+    def write(data: bytes) -> bool:
+        """Write one non-empty chunk of a response that goes on (more_body); False: not done, use `send`."""
+        if (
+            flow.write_paused
+            or cycle.disconnected
+            or cycle.chunked_encoding is not True
+            or cycle.response_complete
+            or not cycle.response_started
+        ):
+            return False
+        transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+        return True
+
+    return write

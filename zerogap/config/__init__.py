@@ -1,6 +1,0 @@
-"""config.toml as typed models: every section, the loader and its errors."""
-
-from zerogap.config.loader import ConfigError, load_config, parse_config
-from zerogap.config.model import Config
-
-__all__ = ["Config", "ConfigError", "load_config", "parse_config"]
