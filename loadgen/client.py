@@ -85,8 +85,10 @@ class StreamClient:
         parser = SseParser(self.chat)
         start_wall, start = time.time(), time.perf_counter()
         send_lag_s = None if planned is None else max(0.0, start_wall - planned)
+        trace_id = ""
         if self.traced:
-            self.headers["traceparent"] = traceparent(start_wall)
+            self.headers["traceparent"] = header = traceparent(start_wall)
+            trace_id = header[3:35]
         kind, detail, end = "", "", None
         try:
             end = self._send_and_read(body, parser)
@@ -94,7 +96,8 @@ class StreamClient:
             kind, detail = exc.kind, str(exc)
         except gevent.GreenletExit:
             if on_interrupt is not None:
-                on_interrupt(*_to_record(parser, start_wall, start, INTERRUPTED, send_lag_s, streamed=self.streamed))
+                cut = _to_record(parser, start_wall, start, INTERRUPTED, send_lag_s, None, self.streamed, trace_id)
+                on_interrupt(*cut)
             raise
         except (TimeoutError, gevent.Timeout) as exc:
             kind, detail = "timeout", f"timeout: no byte for {self.timeout_s} s ({exc})"
@@ -103,7 +106,7 @@ class StreamClient:
             detail = f"{kind}: {type(exc).__name__}: {exc}"
         except ValueError as exc:  # json.JSONDecodeError
             kind, detail = "bad chunk", f"bad chunk: not JSON ({exc})"
-        record, walls = _to_record(parser, start_wall, start, kind, send_lag_s, end, self.streamed)
+        record, walls = _to_record(parser, start_wall, start, kind, send_lag_s, end, self.streamed, trace_id)
         return record, walls, detail
 
     def _send_and_read(self, body: bytes, parser: SseParser) -> float:
@@ -174,6 +177,7 @@ def _to_record(
     send_lag_s: float | None,
     end: float | None = None,
     streamed: bool = True,
+    trace_id: str = "",
 ) -> tuple[RequestRecord, list[float]]:
     end = time.perf_counter() if end is None else end
     times = parser.content_times
@@ -199,6 +203,7 @@ def _to_record(
         ttfa_s=(parser.answer_time - start) if parser.answer_time is not None else None,
         reasoning_tokens=reasoning,
         cached_tokens=parser.cached_tokens,
+        trace_id=trace_id,
     )
     add = record.itl.add_ms
     for before, after in itertools.pairwise(times):

@@ -37,6 +37,7 @@ class RequestRecord:
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, or counted
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when reported
     line: int = 0  # the dataset's or trace's file line this request came from (0: a made-up prompt)
+    trace_id: str = ""  # api.traceparent: the W3C trace id it sent (32 hex digits); "" when not traced
 
     @property
     def tpot_s(self) -> float | None:
@@ -63,15 +64,16 @@ class RequestRecord:
             self.reasoning_tokens,
             self.cached_tokens,
             self.line,
+            self.trace_id,
         ]
 
     @classmethod
     def from_wire(cls, wire: list[Any]) -> RequestRecord:
         start, end, ok, kind, ttft, e2e, out, prompt, source, lag, itl, streamed, retries = wire[:13]
-        ttfa, reasoning, cached, line = (*wire[13:17], None, None, None, 0)[:4]  # a worker of an older harness
+        ttfa, reasoning, cached, line, trace_id = (*wire[13:18], None, None, None, 0, "")[:5]  # an older harness's
         return cls(
             start, end, bool(ok), kind, ttft, e2e, int(out), int(prompt), source, lag, Histogram.from_wire(itl),
-            bool(streamed), int(retries), ttfa, reasoning, cached, int(line or 0),
+            bool(streamed), int(retries), ttfa, reasoning, cached, int(line or 0), str(trace_id or ""),
         )  # fmt: skip
 
 

@@ -5,7 +5,8 @@ Columns: `sent_s` (from the run's start), `planned_s` (open loop; empty in close
 (actual - planned), `line` (the dataset's or trace's file line it came from; empty for made-up
 prompts), `trace_input_tokens` / `trace_output_tokens` (a trace's lengths for that line), `ok`,
 `error`, `ttft_ms`, `ttfa_ms` (the first answer token), `e2e_ms`, `prompt_tokens`, `cached_tokens`,
-`output_tokens`, `reasoning_tokens`, `retries`.
+`output_tokens`, `reasoning_tokens`, `retries`, `trace_id` (api.traceparent: the W3C trace id the request
+sent, to look it up in the trace store; empty when not traced).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ COLUMNS = (
     "output_tokens",
     "reasoning_tokens",
     "retries",
+    "trace_id",
 )
 
 
@@ -61,6 +63,7 @@ def row(record: RequestRecord, run_start: float, planned: Mapping[int, tuple[int
         "output_tokens": record.output_tokens,
         "reasoning_tokens": "" if record.reasoning_tokens is None else record.reasoning_tokens,
         "retries": record.retries,
+        "trace_id": record.trace_id,
     }
 
 

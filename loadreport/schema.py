@@ -77,6 +77,25 @@ class Backend(_Model):
     )
 
 
+class SlowRequest(_Model):
+    """One of a step's slowest requests: where to find it in requests.csv (sent_s) and in the trace store
+    (trace_id)."""
+
+    sent_s: float = Field(description="its send, from the run's start (requests.csv's sent_s)")
+    ttft_ms: float | None = Field(description="null: no content came")
+    e2e_ms: float
+    output_tokens: int
+    error: str | None = Field(description='null: it succeeded; else its kind ("timeout", "HTTP 503", ...)')
+    trace_id: str = Field(description="the W3C trace id it sent (api.traceparent), 32 hex digits")
+
+
+class Slowest(_Model):
+    """api.traceparent: a step's slowest requests, slowest first, with their trace ids."""
+
+    ttft: list[SlowRequest] = Field(description="the successful requests with the longest TTFT")
+    e2e: list[SlowRequest] = Field(description="the requests (failed ones too) with the longest E2E")
+
+
 class Step(_Model):
     """One load step, measured over its window (after the step's warm-up)."""
 
@@ -130,6 +149,9 @@ class Step(_Model):
         None, description="usage.prompt_tokens_details.cached_tokens per request (null: the server reports none)"
     )
     cached_prompt_share: float | None = Field(None, description="cached prompt tokens / prompt tokens")
+    slowest_requests: Slowest | None = Field(
+        None, description="api.traceparent: the requests that ended in the window slowest, with their trace ids"
+    )
 
     @property
     def load(self) -> float | None:

@@ -24,6 +24,7 @@ from loadreport.record import INTERRUPTED, Recorder, RequestRecord
 from loadreport.schedule import LoadSchedule, Phase
 from loadreport.schema import Step
 from loadreport.settings import Settings, SloSection
+from loadreport.slowest import slowest_requests
 from loadreport.timeline import Sample
 
 COMPLETE_SLACK_S = 0.5  # a step that ran to within this of its end counts as complete
@@ -240,4 +241,7 @@ def summarize_step(
         **_load_generator(settings, plan, phase, run_start, recorder, window),
         **engine_figures(samples, window.start, window.end),
     }
+    slowest = slowest_requests(window.ended, run_start)
+    if slowest is not None:  # api.traceparent: absent otherwise
+        figures["slowest_requests"] = slowest
     return Step.build(**leave_out(settings, figures))
