@@ -21,7 +21,7 @@ from gateway.relay.sse_events import json_events
 
 
 class ChoiceUsage:
-    __slots__ = ("_chat", "_chunks", "_completion", "_final", "_n", "_prompt", "_prompt_estimates")
+    __slots__ = ("_chat", "_chunks", "_completion", "_final", "_n", "_prompt", "_prompt_estimates", "_reasons")
 
     def __init__(self, chat: bool, n: int, prompt_estimates: list[int]) -> None:
         self._chat = chat
@@ -31,6 +31,7 @@ class ChoiceUsage:
         self._prompt: dict[int, int] = {}  # prompt index -> its prompt_tokens
         self._chunks: dict[int, int] = {}  # choice index -> chunks counted (when no usage comes)
         self._final: tuple[int, int] | None = None  # the final usage chunk's sums
+        self._reasons: dict[int, str] = {}  # choice index -> its finish_reason (the request log's, the spans')
 
     def feed(self, events: bytes) -> None:
         """Complete SSE events as the backend sent them (before any usage is cut for the client)."""
@@ -50,12 +51,22 @@ class ChoiceUsage:
             index = choice.get("index") if isinstance(choice, dict) else None
             if type(index) is not int or index < 0:
                 continue
+            reason = choice.get("finish_reason")
+            if type(reason) is str:
+                self._reasons[index] = reason
             if not (self._chat and _role_only(choice)):
                 self._chunks[index] = self._chunks.get(index, 0) + 1
             if usage is not None and len(choices) == 1:
                 prompt, completion = usage
                 self._completion[index] = completion
                 self._prompt[0 if self._chat else index // self._n] = prompt
+
+    def finish_reasons(self) -> list[str]:
+        """Every choice's finish_reason in the order of their indexes, up to the highest index seen ("" for
+        one that had none: a stream cut before it ended), [] when no choice finished."""
+        if not self._reasons:
+            return []
+        return [self._reasons.get(i, "") for i in range(max(self._chunks.keys() | self._reasons.keys()) + 1)]
 
     def reported(self) -> tuple[int | None, int | None, bool]:
         """(prompt, completion, exact): the final sums if they came; else each choice's last usage

@@ -162,7 +162,9 @@ class Relay:
         finally:
             prompt_tokens, completion_tokens = charging.settle(exchange, self.metrics, self.limiter, self.usage)
             if self.observer is not None and self.observer.active:
-                if exchange.trace is not None and filt.transcript is not None and filt.transcript.reason:
+                if filt.choices is not None:  # several choices: each one's, by index
+                    exchange.finish_reasons = exchange.finish_reasons or filt.choices.finish_reasons() or None
+                elif filt.transcript is not None and filt.transcript.reason:
                     exchange.finish_reasons = [filt.transcript.reason]
                 self.observer.ended(exchange, prompt_tokens, completion_tokens)
 
@@ -313,8 +315,8 @@ class Relay:
             except ValueError:
                 answer = None
             exchange.charge = charging.of_body(exchange.call, answer)
-        if exchange.trace is not None and exchange.trace.sampled:
-            exchange.finish_reasons = finish_reasons(body)
+        if self.observer is not None and self.observer.active:  # the request log's and the spans'
+            exchange.finish_reasons = finish_reasons(body) or None
         return json_reply(200, body, exchange.answer_headers())
 
     async def _stream(

@@ -19,8 +19,8 @@ from tests.gateway.helpers import GatewayServer, auth, chat_body, get, make_conf
 
 ADMIN = "admin-request-log-key-01234"
 FIELDS = {"time", "request_id", "key", "model", "engine", "status", "error", "prompt_tokens", "completion_tokens",
-          "ttft_ms", "duration_ms", "overhead_ms", "retries", "continuations", "client", "path", "stream",
-          "trace_id"}  # fmt: skip
+          "ttft_ms", "duration_ms", "overhead_ms", "retries", "continuations", "finish_reasons", "client", "path",
+          "stream", "trace_id"}  # fmt: skip
 
 
 def logged_gateway(tmp_path: Path, url: str, log: str, extra: str = "", **gateway: Any) -> GatewayServer:
@@ -52,7 +52,7 @@ async def test_the_lines_parse_and_add_up_to_admin_usage(tmp_path) -> None:
         url = gs.url + "/v1/chat/completions"
         answers = [
             await post(url, chat_body(), {**auth(a), "x-request-id": "one"}),
-            await post(url, chat_body(stream=False, max_tokens=3), auth(a)),
+            await post(url, chat_body(stream=False, max_tokens=3), {**auth(a), "x-request-id": "whole"}),
             await post(gs.url + "/v1/completions", {"model": "m", "prompt": "a b c", "stream": True}, auth(b)),
             await post(url, chat_body(), auth(b)),
             await post(url, chat_body(), auth(b)),  # rpm 2: refused
@@ -75,9 +75,10 @@ async def test_the_lines_parse_and_add_up_to_admin_usage(tmp_path) -> None:
     assert (first["prompt_tokens"], first["completion_tokens"], first["stream"]) == (2, 4, True)
     assert first["client"] == "127.0.0.1" and first["ttft_ms"] > 0 and first["duration_ms"] >= first["ttft_ms"]
     assert first["retries"] == 0 and first["continuations"] == 0 and first["time"].endswith("Z")
+    assert (first["finish_reasons"], by_id["whole"]["finish_reasons"]) == (["stop"], ["length"])  # untraced too
     refused = [line for line in got if line["status"] == 429]
-    assert [(r["key"], r["error"], r["engine"], r["completion_tokens"]) for r in refused] == [
-        ("team-b", "rate_limit_requests", "none", 0)
+    assert [(r["key"], r["error"], r["engine"], r["completion_tokens"], r["finish_reasons"]) for r in refused] == [
+        ("team-b", "rate_limit_requests", "none", 0, None)
     ]
     assert [line["model"] for line in got if line["status"] == 404] == ["unknown"]  # never the client's string
     # what the lines charged is what /admin/usage shows, key by key and model by model
