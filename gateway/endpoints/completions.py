@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 class Completions:
     """POST /v1/chat/completions (chat=True) or /v1/completions."""
 
+    inline = True  # the gateway's protocol runs it from the read that completed the request (inline_task.py)
+
     def __init__(self, chat: bool) -> None:
         self.chat = chat
         self.path = "/v1/chat/completions" if chat else "/v1/completions"
@@ -61,7 +63,7 @@ class Completions:
         admission.marks.body_s = time.monotonic()
         pool = admit_model(gw, who, call.model, admission)
         estimate = estimate_tokens(len(raw), call.budget_tokens)
-        if who.tpm is not None:
+        if who.limits.tpm is not None:
             await limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
         admission.marks.done_s = time.monotonic()
         return Exchange(who, call, estimate), pool

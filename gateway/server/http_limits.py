@@ -48,6 +48,7 @@ from gateway.server.http_refusals import (
     too_many_connections,
     too_many_connections_per_client,
 )
+from gateway.server.inline_task import InlineTask, inline_paths
 from gateway.server.lingering import LingeringTransport
 
 log = logging.getLogger("zerogap.gateway.http")
@@ -60,6 +61,8 @@ class LimitedHttpProtocol(RefusingProtocol):
     """uvicorn's httptools protocol with the limits of `limits` (see `protocol_class`)."""
 
     counts: ClassVar[ClientConnections] = ClientConnections(HttpLimits().max_connections_per_client)
+    _inline_app: ClassVar[Any] = None  # the app whose inline paths are _inline_set
+    _inline_set: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -80,6 +83,8 @@ class LimitedHttpProtocol(RefusingProtocol):
         self._started_s = 0.0
         self._keep_alive_held = False  # the cycle's keep-alive is off while its body is not all here
         self._shutting_down = False
+        self._feeding = False  # in data_received's feed: a completion request found there starts inline
+        self._inline: tuple[Any, Any] | None = None  # (cycle, app) of that request, started after the feed
         self.timeout_keep_alive = self.limits.idle_connection_timeout_s  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -135,10 +140,20 @@ class LimitedHttpProtocol(RefusingProtocol):
         return not self._in_headers and self.cycle is not None and self.cycle.more_body
 
     def data_received(self, data: bytes) -> None:
-        """uvicorn's, with the bytes of the header section counted and the body deadline armed."""
+        """uvicorn's, with the bytes of the header section counted and the body deadline armed; a
+        completion request completed here starts after the feed, in this callback (InlineTask)."""
         if self._lingering.lingering:
             self._lingering.discard(data)
             return
+        self._feeding = True
+        try:
+            self._feed(data)
+        finally:
+            self._feeding = False
+            if self._inline is not None:
+                self._start_inline()
+
+    def _feed(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
         if self._in_headers:
             if self._refused:  # the connection closes after the responses in flight: drop the rest
@@ -168,6 +183,29 @@ class LimitedHttpProtocol(RefusingProtocol):
         elif self._timer is None:  # a body that did not come with its headers: it has a deadline
             self._timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
             self._hold_keep_alive()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """A POST to a completion endpoint, from the parser: started at the end of this read, in this
+        callback, instead of a task's first step in a later iteration of the loop (a hop, behind
+        every other ready callback); its body is then in hand if it came in this read."""
+        if self._feeding and cycle.scope["method"] == "POST" and cycle.scope["path"] in self._inline_paths(app):
+            self._inline = (cycle, app)
+            return
+        super()._start_asgi_task(cycle, app)
+
+    def _inline_paths(self, app: Any) -> frozenset[str]:
+        cls = type(self)
+        if cls._inline_app is not app:
+            cls._inline_app, cls._inline_set = app, inline_paths(app)
+        return cls._inline_set
+
+    def _start_inline(self) -> None:
+        cycle, app = self._inline  # type: ignore[misc]
+        self._inline = None
+        task = InlineTask(cycle.run_asgi(app), self.loop)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)  # type: ignore[arg-type]
+        task.start()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
