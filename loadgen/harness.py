@@ -3,7 +3,8 @@
 Roles: a local run does everything in one process. With --processes N or
 --master/--worker, workers run the users and ship their records to the master
 (loadgen/workers.py); the master samples the server-side signals, serves the load
-generator's /metrics, and writes the run folder. One run's state is a Run (loadgen/run.py),
+generator's /metrics, and writes the run folder. A trace is shared by the workers, from the
+master's time 0 (loadgen/trace_share.py). One run's state is a Run (loadgen/run.py),
 created when the run starts; the greenlets beside the users are in loadgen/sampling.py.
 """
 
@@ -39,6 +40,7 @@ from loadgen.sampler import Sampler
 from loadgen.sampling import sample_cpu, sample_timeline
 from loadgen.spawn_pacer import SpawnPacer
 from loadgen.stopper import Stopper
+from loadgen.trace_share import TraceShare
 from loadgen.traffic import Traffic
 from loadgen.webui import ZerogapTab, ignored_form_values, live_rows, prefill_form
 from loadgen.workers import WorkerLink
@@ -72,6 +74,7 @@ class Harness:
         self.env: Environment | None = None
         self.exporter: Exporter | None = None
         self.link: WorkerLink | None = None
+        self.share = TraceShare(lambda: self.run)
         self.ending: RunEnding | None = None
         self.headers: dict[str, str] = {}
         self.base_url = ""
@@ -102,8 +105,6 @@ class Harness:
         except (SettingsError, DataFileError) as exc:
             fail(str(exc))
             return
-        if self.traffic.trace is not None and (self.is_master or self.is_worker):
-            fail("load_test.trace is replayed by one process: run it without --processes, --master or --worker")
         self.settings = settings
         self.plan = self.traffic.schedule() or LoadSchedule.from_settings(settings.load_test)
         spawn_rate = 0.0 if self.plan.open_loop else self.plan.spawn_rate  # open loop: the arrivals pace
@@ -133,6 +134,7 @@ class Harness:
         events.quit.add_listener(self.ending.on_quit)
         self.link = WorkerLink(environment, lambda: self.run, self.exporter)
         self.link.install(self.runner)
+        self.share.install(self.runner)
         if not self.is_worker:
             ZerogapTab(self.live_rows).install(environment)
         log.info("zerogap: settings from %s; %s", path, self.describe_plan(self.plan))
@@ -171,8 +173,15 @@ class Harness:
         if model is None:
             return
         run.model = model
+        trace = self.traffic.trace if self.traffic is not None else None
+        if trace is not None:
+            run.trace_rows = len(trace.rows)
+            run.planned_lengths = self.traffic.planned_lengths() if self.traffic is not None else None
         if not self.is_master:
             run.prompt = self.prepare_prompt(run)
+            if self.is_worker and run.replay is not None:
+                run.replay.start_wait_s = None  # time 0 is the master's (loadgen/trace_share.py)
+                self.share.apply(run)
             seed = settings.load_test.seed
             seed = None if seed is None else seed + os.getpid() * int(self.is_worker)
             run.arrivals = Arrivals(plan, run.start_s, self.user_share, seed) if plan.open_loop else None
@@ -184,9 +193,16 @@ class Harness:
             log.info("zerogap: this run writes %s", run.run_dir)
 
     def on_spawned(self, **_: Any) -> None:
-        """The users have started: a trace's time 0 (the run's start, in its report)."""
+        """The users have started (on a master: every worker's): a trace's time 0 (the run's start, in its
+        report), which a master sends its workers with their shares of the trace."""
         run = self.run
-        if run is not None and run.replay is not None and not run.replay.started.is_set():
+        if run is None or not run.trace_rows:
+            return
+        if isinstance(self.runner, MasterRunner):
+            now = time.time()
+            if self.share.announce(self.runner, run, now):
+                run.start_s = now
+        elif run.replay is not None and not self.is_worker and not run.replay.started.is_set():
             run.replay.start(time.time())
             run.start_s = run.replay.run_start
 
@@ -242,8 +258,8 @@ class Harness:
 
     def tick(self, run_time_s: float) -> tuple[int, float] | None:
         """The shape's users now; None at the end (a trace's run ends once its last request has ended)."""
-        replay = self.run.replay if self.run is not None else None
-        ticked = None if self.plan is None or (replay is not None and replay.finished) else self.plan.tick(run_time_s)
+        trace_done = self.run is not None and self.run.trace_done()
+        ticked = None if self.plan is None or trace_done else self.plan.tick(run_time_s)
         if ticked is None and self.run is not None and self.ending is not None:
             self.ending.plan_ended(self.run, self.is_master)  # the users finish their streams, not cut
         return ticked
@@ -317,8 +333,11 @@ class Harness:
             return
         if isinstance(self.runner, MasterRunner) and self.link is not None:
             run.num_workers = self.link.collect(self.runner, run.drain_s)  # their last records come into this run
-        if run.replay is not None:
-            run.plan = run.plan.cut_at(end_s - run.start_s)  # the trace's one step lasted until the last answer
+        if run.trace_rows:  # the trace's one step lasted until its last answer (not the shape's next tick)
+            end_s = min(end_s, run.trace_end_s() or end_s)
+            run.plan = run.plan.cut_at(end_s - run.start_s)
+            if self.is_master and self.traffic is not None:
+                run.source = self.traffic.source(run.prompt.source)  # the workers' count of the prompts
         self.run = None
         line = run.finish(end_s)
         if self.ending is not None:

@@ -7,6 +7,11 @@ builds its body (before waiting, so the build costs no lag), waits for the row's
 the planned time passes and the lag between planned and actual send is recorded: the step is then
 marked invalid, as in the Poisson mode (more users: load_test.concurrency). The run ends once every
 row has been sent and answered (`finished`).
+
+With several load-generator processes (`--processes N`, or workers on other machines) each worker
+replays its share of the rows (`share`: the rows whose index % count == its index) at the same planned
+times, from the time 0 the master sends (loadgen/trace_share.py): a worker's users wait for it, however
+long the other workers take to start.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class TraceReplay:
         self.run_start = time.time()  # time 0, once started
         self.body = body
         self.started = Event()
+        self.start_wait_s: float | None = START_WAIT_S  # None: wait for time 0 however long (a worker)
+        self.rows = trace.rows  # the rows this process sends (its share)
         self.next_index = 0
         self.pending = 0  # taken and not yet answered
 
@@ -38,6 +45,10 @@ class TraceReplay:
             self.run_start = now
             self.started.set()
 
+    def share(self, index: int, count: int) -> None:
+        """This process sends the rows whose index in the trace % count == index (one of count workers)."""
+        self.rows = self.trace.rows[index::count]
+
     def planned(self, row: TraceRow) -> float:
         """The row's planned send on the wall clock."""
         return self.run_start + row.at_s / self.speed
@@ -45,9 +56,9 @@ class TraceReplay:
     def take(self) -> tuple[float, TraceRow, bytes] | None:
         """The next row's planned send time, the row and its body, once that time has come; None when
         every row has been taken. Call `answered` when its request has ended."""
-        if not self.started.wait(START_WAIT_S):
+        if not self.started.wait(self.start_wait_s):
             self.start(time.time())
-        rows = self.trace.rows
+        rows = self.rows
         if self.next_index >= len(rows):
             return None
         row = rows[self.next_index]
@@ -65,7 +76,7 @@ class TraceReplay:
 
     @property
     def finished(self) -> bool:
-        return self.next_index >= len(self.trace.rows) and self.pending <= 0
+        return self.next_index >= len(self.rows) and self.pending <= 0
 
     @property
     def end_s(self) -> float:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from loadgen.sampler import Sampler
 from loadgen.stopper import Stopper
 from loadgen.workload import Workload
 from loadreport.console import progress_line, table
-from loadreport.record import INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
+from loadreport.record import BUCKETS_PER_S, INTERRUPTED, Recorder, RequestRecord, TokensPerChunk
 from loadreport.report import write_run
 from loadreport.run_summary import summarize_run
 from loadreport.schedule import LoadSchedule
@@ -49,6 +50,7 @@ class Run:
     prompt: Prompt = field(default_factory=Prompt)
     arrivals: Arrivals | None = None  # open loop only
     replay: TraceReplay | None = None  # load_test.trace: the trace's sends in place of the arrivals
+    trace_rows: int = 0  # load_test.trace: its rows (0: no trace); the run ends when each has its record
     bodies: DatasetBodies | None = None  # workload.dataset: what the users send
     source: dict[str, Any] | None = None  # report.json's run.source (a dataset or a trace)
     planned_lengths: dict[int, tuple[int, int]] | None = None  # a trace's lengths by line, for requests.csv
@@ -78,6 +80,18 @@ class Run:
     def oldest_in_flight(self) -> float | None:
         """When this process's oldest request still streaming was sent (None: none is)."""
         return min(self.in_flight.values(), default=None)
+
+    def trace_done(self) -> bool:
+        """A trace's every row has been answered (its record kept here: a worker's come with its reports)."""
+        return self.trace_rows > 0 and len(self.recorder.records) >= self.trace_rows
+
+    def trace_end_s(self) -> float | None:
+        """When a finished trace's last request ended, to the end of its 100 ms token bucket (so that its
+        last tokens count whole); None while a row is unanswered."""
+        if not self.trace_done():
+            return None
+        last = max(record.end for record in self.recorder.records)
+        return (math.floor(last * BUCKETS_PER_S) + 1) / BUCKETS_PER_S
 
     def stop_greenlets(self) -> None:
         for greenlet in self.greenlets:

@@ -73,6 +73,8 @@ def test_a_mooncake_trace_is_replayed_once_each_at_its_times(tmp_path: Path) -> 
     step = report["steps"][0]
     assert step["requests_ok"] == len(ROWS) and step["complete"] and step["send_lag_ms"]["p50"] is not None
     assert step["end_s"] < 30  # the run ended with the trace, not at its longest bound (api.timeout_seconds)
+    last_answer_s = max(float(r["sent_s"]) + float(r["e2e_ms"]) / 1000 for r in rows)
+    assert last_answer_s <= step["end_s"] <= last_answer_s + 0.1 + 1e-3  # at its last answer, not the next tick
     assert report["run"]["source"] == {"kind": "trace", "path": str(trace), "format": "mooncake", "items": 6,
                                        "used": 6, "skipped": 0, "tokens_from": "tokenize", "trace_speed": SPEED,
                                        "span_s": 0.225}  # fmt: skip
@@ -102,3 +104,44 @@ def test_a_burstgpt_trace_that_the_generator_cannot_keep_up_with_is_invalid(tmp_
     assert report["run"]["source"]["format"] == "burstgpt" and report["run"]["source"]["skipped"] == 1
     lags = [float(r["send_lag_ms"]) for r in requests_csv(tmp_path / "runs" / "late")]
     assert lags == sorted(lags) and lags[-1] >= 900  # planned beside actual: the lag grows row by row
+
+
+SHARED_ROWS = [(40 * k, 520 + 7 * k, 2 + k % 4, [1, 100 + k] if k % 3 else [2]) for k in range(12)]
+
+
+def test_a_trace_is_shared_by_worker_processes_from_one_time_0(tmp_path: Path) -> None:
+    """--processes 2: each row sent once, by one of the workers, at its time from the master's time 0 (a
+    worker's own start would shift its planned sends); requests.csv one row per trace row; the step ends
+    at the last answer (not when the master next hears from its workers)."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": i, "output_length": o, "hash_ids": h}) + "\n"
+                             for t, i, o, h in SHARED_ROWS), encoding="utf-8")  # fmt: skip
+    with UpstreamServer(Behavior(ttft_s=0.01, interval_s=0.005), model="test-model") as up:
+        settings = write_settings(
+            tmp_path / "settings.json", up.url, tmp_path / "runs", "shared", api={"endpoint": "completions"},
+            load_test={"trace": str(trace), "concurrency": 8},
+        )  # fmt: skip
+        result = run_locust(settings, "--processes", "2", timeout_s=120)
+        seen = list(up.requests)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lengths = [(i, o) for _, i, o, _ in SHARED_ROWS]
+    assert sorted((len(words_of(s)), s.body["max_tokens"]) for s in seen) == sorted(lengths)  # each row once
+    report = read_report(tmp_path / "runs" / "shared")
+    assert report["run"]["num_worker_processes"] == 2
+    assert report["run"]["source"]["kind"] == "trace" and report["run"]["source"]["items"] == len(SHARED_ROWS)
+    assert report["run"]["source"]["tokens_from"] == "tokenize"  # as the workers counted it
+    start = report["run"]["started_unix_s"]
+    rows = requests_csv(tmp_path / "runs" / "shared")
+    assert sorted(int(r["line"]) for r in rows) == list(range(1, len(SHARED_ROWS) + 1))
+    for r in rows:
+        at_s = SHARED_ROWS[int(r["line"]) - 1][0] / 1000
+        assert abs(float(r["planned_s"]) - at_s) < 1e-5, r  # the master's time 0, in both workers
+        assert float(r["sent_s"]) >= float(r["planned_s"]), r
+        assert (int(r["trace_input_tokens"]), int(r["trace_output_tokens"])) == lengths[int(r["line"]) - 1]
+    for s in seen:
+        line = lengths.index((len(words_of(s)), s.body["max_tokens"])) + 1
+        assert s.arrived_wall >= start + SHARED_ROWS[line - 1][0] / 1000  # never before its time
+    step = report["steps"][0]
+    assert step["requests_ok"] == len(SHARED_ROWS) and step["complete"]
+    last_answer_s = max(float(r["sent_s"]) + float(r["e2e_ms"]) / 1000 for r in rows)
+    assert last_answer_s <= step["end_s"] <= last_answer_s + 0.1 + 1e-3, (last_answer_s, step["end_s"])
