@@ -46,6 +46,7 @@ class Round:
         self.measure_from = time.monotonic() + warmup_s
         self.measure_to = self.measure_from + measure_s
         self.num_tokens = 0
+        self.num_requests = 0  # answers that ended within the window (CPU per request)
         self.ttft_s: list[float] = []
         self.overhead_ms: list[float] = []  # the gateway's own time before the head (x-zerogap-overhead-ms)
         self.num_errors = 0
@@ -74,6 +75,8 @@ async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes, r: R
                 r.num_tokens += data.count(TOKEN)
             elif now >= r.measure_to:
                 return
+    if r.in_window(time.monotonic()):
+        r.num_requests += 1
 
 
 async def worker(session: aiohttp.ClientSession, url: str, body: bytes, r: Round, delay_s: float) -> None:
@@ -136,6 +139,7 @@ async def run_round(
     return [
         {
             "tps": r.num_tokens / args.round_s,
+            "rps": r.num_requests / args.round_s,
             "ttft_s": r.ttft_s,
             "overhead_ms": r.overhead_ms,
             "num_errors": r.num_errors,

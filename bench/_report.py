@@ -54,6 +54,10 @@ def cpu_us_per_token(r: dict[str, Any], process: str) -> float:
     return 1e6 * r["cpu"][process] / r["tps"] if r["tps"] else float("nan")
 
 
+def cpu_us_per_request(r: dict[str, Any], process: str) -> float:
+    return 1e6 * r["cpu"][process] / r["rps"] if r.get("rps") else float("nan")
+
+
 def figures(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Each figure's value per round."""
     out: dict[str, list[float]] = {}
@@ -67,6 +71,7 @@ def figures(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
             add(f"{kind}.ttft_p50_ms", 1000 * pct(r["ttft_s"], 0.5))
             add(f"{kind}.ttft_p99_ms", 1000 * pct(r["ttft_s"], 0.99))
             add(f"{kind}.cpu_us_per_token", cpu_us_per_token(r, RELAY_PROCESS[kind]))
+            add(f"{kind}.cpu_us_per_request", cpu_us_per_request(r, RELAY_PROCESS[kind]))
             add(f"{kind}.relay_cpu_share", r["cpu"][RELAY_PROCESS[kind]])
             add(f"{kind}.loadgen_cpu_share", r["cpu"]["loadgen"])
             add(f"{kind}.upstream_cpu_share", r["cpu"]["upstream"])
@@ -128,7 +133,8 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
         print(
             f"  {k:<13} {spread(f[f'{k}.tps'], ' tok/s', 0)}  TTFT p50 {spread(f[f'{k}.ttft_p50_ms'], ' ms')}  "
             f"p99 {spread(f[f'{k}.ttft_p99_ms'], ' ms')}  {RELAY_PROCESS[k]} CPU {spread(f[f'{k}.relay_cpu_share'])}"
-            f" = {spread(f[f'{k}.cpu_us_per_token'], ' us/token', 1)}  load generator CPU "
+            f" = {spread(f[f'{k}.cpu_us_per_token'], ' us/token', 1)}"
+            f" = {spread(f[f'{k}.cpu_us_per_request'], ' us/request', 0)}  load generator CPU "
             f"{spread(f[f'{k}.loadgen_cpu_share'])}  errors {sum(f[f'{k}.num_errors']):.0f}  "
             f"at its limit: {bottlenecks(f, k)}"
         )
@@ -155,7 +161,12 @@ def report(rounds: list[dict[str, Any]], mode: str, load: str) -> dict[str, str]
         summary[f"{k}.tps"] = spread(f[f"{k}.tps"], " tok/s", 0)
         if statistics.median(f[f"{k}.loadgen_cpu_share"]) >= AT_LIMIT:
             print(f"  NOTE: the load generator was at its limit in the {k} rounds: their tok/s is a floor")
+    for k in kinds:
+        summary[f"{k}.cpu_us_per_request"] = spread(f[f"{k}.cpu_us_per_request"], " us", 0)
     print_table(f, kinds)
+    for goal in goal_lines(f, mode):
+        summary[f"issue36.{goal.split(':')[0].replace(' ', '_')}.verdict"] = goal.rsplit(" ", 1)[1]
+        print(f"  {goal}")
     if mode == "fixed":
         for tenant, unified in HELD_AGAINST.items():
             if (line := verdict(f, tenant, unified)) is not None:
@@ -174,16 +185,61 @@ def print_table(f: dict[str, list[float]], kinds: list[str]) -> None:
     rows = [k for k in kinds if k != "direct" and f"{k}_vs_direct.tps_ratio" in f]
     if not rows:
         return
-    print("  | relay | TPS ratio | added TTFT p50 | added TTFT p99 | CPU per relayed token |")
-    print("  | --- | --- | --- | --- | --- |")
+    print("  | relay | TPS ratio | added TTFT p50 | added TTFT p99 | CPU per relayed token | CPU per request |")
+    print("  | --- | --- | --- | --- | --- | --- |")
     for k in rows:
         med = {name: statistics.median(v for v in f[f"{k}{name}"] if v == v) for name in (
             "_vs_direct.tps_ratio", "_vs_direct.added_ttft_p50_ms", "_vs_direct.added_ttft_p99_ms",
             ".cpu_us_per_token")}  # fmt: skip
         print(
             f"  | {k} | {med['_vs_direct.tps_ratio']:.3f} | {med['_vs_direct.added_ttft_p50_ms']:+.2f} ms | "
-            f"{med['_vs_direct.added_ttft_p99_ms']:+.2f} ms | {med['.cpu_us_per_token']:.1f} µs |"
+            f"{med['_vs_direct.added_ttft_p99_ms']:+.2f} ms | {med['.cpu_us_per_token']:.1f} µs | "
+            f"{median_of(f[f'{k}.cpu_us_per_request']):.0f} µs |"
         )
+
+
+def median_of(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+ROUTER_NAMES = ("vllm-router", "sglang-router")
+GOAL_P99_FLOOR_MS = 2.5  # issue 36: added TTFT p99 at most max(this, the best router's + GOAL_P99_OVER_MS)
+GOAL_P99_OVER_MS = 1.0
+
+
+def goal_lines(f: dict[str, list[float]], mode: str) -> list[str]:
+    """Issue 36's goals, medians over the rounds, against the routers of this run: in `fixed`, each
+    gateway target's added TTFT p50 at most the best router's, its p99 at most max(2.5 ms, the best
+    router's + 1 ms), its CPU per token at most the best router's; in `request` (4-token answers),
+    its CPU per request at most vllm-router's. None without a router in the run."""
+    routers = [r for r in ROUTER_NAMES if f"{r}_vs_direct.added_ttft_p50_ms" in f]
+    if not routers:
+        return []
+    gateways = [g for g in ("gateway", "tenant") if f"{g}_vs_direct.added_ttft_p50_ms" in f]
+    lines = []
+    for g in gateways:
+        if mode == "request":
+            if "vllm-router.cpu_us_per_request" not in f:
+                continue
+            mine, theirs = median_of(f[f"{g}.cpu_us_per_request"]), median_of(f["vllm-router.cpu_us_per_request"])
+            shown = "PASS" if mine <= theirs else "FAIL"
+            lines.append(f"{g} CPU per request: {mine:.0f} us vs vllm-router's {theirs:.0f} us: {shown}")
+            continue
+        p50 = median_of(f[f"{g}_vs_direct.added_ttft_p50_ms"])
+        p99 = median_of(f[f"{g}_vs_direct.added_ttft_p99_ms"])
+        cpu = median_of(f[f"{g}.cpu_us_per_token"])
+        best_p50 = min(median_of(f[f"{r}_vs_direct.added_ttft_p50_ms"]) for r in routers)
+        best_p99 = min(median_of(f[f"{r}_vs_direct.added_ttft_p99_ms"]) for r in routers)
+        best_cpu = min(median_of(f[f"{r}.cpu_us_per_token"]) for r in routers)
+        bound_p99 = max(GOAL_P99_FLOOR_MS, best_p99 + GOAL_P99_OVER_MS)
+        lines.append(f"{g} TTFT p50: {p50:+.2f} ms vs the best router's {best_p50:+.2f} ms: "
+                     f"{'PASS' if p50 <= best_p50 else 'FAIL'}")  # fmt: skip
+        shown = "PASS" if p99 <= bound_p99 else "FAIL"
+        lines.append(f"{g} TTFT p99: {p99:+.2f} ms, bound {bound_p99:+.2f} ms: {shown}")
+        lines.append(f"{g} CPU per token: {cpu:.1f} us vs the best router's {best_cpu:.1f} us: "
+                     f"{'PASS' if cpu <= best_cpu else 'FAIL'}")  # fmt: skip
+    return lines
 
 
 def verdict(f: dict[str, list[float]], tenant: str, unified: str) -> str | None:

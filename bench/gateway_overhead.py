@@ -8,7 +8,7 @@ on first use into the bench's own environment, never the product's), and the loa
 load generator drives the upstream directly, through the gateway and through each peer, in
 rotating order, and reads the CPU of each process tree (/proc) within the measured window.
 
-Two modes, both by default (`--mode fixed|saturate|both`):
+Two modes, both by default (`--mode fixed|saturate|both`), and two for the cost of a request (issue 36):
   fixed     `--concurrency` streams (256) at a GPU server's pace (issue 23's upstream: 50 ms to
             the first token, a token every 50 ms per stream, 64 ± 32 tokens per request): the
             TPS ratio and the added TTFT p50 and p99 of each relay vs direct, and its CPU µs
@@ -22,6 +22,15 @@ Two modes, both by default (`--mode fixed|saturate|both`):
             instead: CPU per token at the same load, and each worker's share of the CPU;
             `--peers nginx,nginx2` does the same for nginx (2 workers, reuseport): what a
             second worker process costs a relay written in C on the same machine and load.
+  request   `--request-concurrency` streams (128) of 4-token answers at the same pace: CPU µs per
+            request (the process's CPU over the answers that ended in the window), where the
+            per-request path (admission, the upstream request, the heads) outweighs the tokens.
+  cost      fixed, then request, in one run: per-token and per-request cost side by side. With
+            the routers in the run, each ends with issue 36's goal lines (the gateway's added TTFT
+            p50 <= the best router's, p99 <= max(2.5 ms, the best router's + 1 ms), CPU per token
+            <= the best router's; CPU per request <= vllm-router's), each PASS or FAIL:
+              .venv/bin/python -m bench.gateway_overhead --mode cost --rounds 3 \
+                  --peers tenant,vllm-router,sglang-router,nginx
 `--peers` chooses the peers (default: nginx and both routers, those installed or installable).
 
 The tenant path (`--peers tenant,tenant-redis`, with or without other peers): beside the gateway
@@ -92,8 +101,11 @@ MODES = {  # upstream timing, tokens per request (± spread), warm-up and measur
               "round_s": 8.0},
     "saturate": {"ttft_s": 0.0, "interval_s": 0.002, "num_tokens": 64, "tokens_spread": 0, "warmup_s": 2.0,
                  "round_s": 5.0},
+    "request": {"ttft_s": 0.05, "interval_s": 0.05, "num_tokens": 4, "tokens_spread": 0, "warmup_s": 4.0,
+                "round_s": 8.0},
 }  # fmt: skip
 MODES["workers"] = MODES["saturate"]
+RUNS = {"both": ("fixed", "saturate"), "cost": ("fixed", "request")}  # --mode NAME: the modes it runs, in order
 
 
 def gateway_config(
@@ -252,9 +264,11 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], peers: di
 def timing(mode: str, args: argparse.Namespace) -> dict[str, float]:
     """The mode's upstream timing and round lengths, with what the command line overrides."""
     m = dict(MODES[mode])
-    for key in ("round_s", "warmup_s", "interval_s", "num_tokens", "tokens_spread"):
+    own = ("round_s", "warmup_s") if mode == "request" else ()  # its answers stay 4 tokens long in `cost`
+    for key in own or ("round_s", "warmup_s", "interval_s", "num_tokens", "tokens_spread"):
         if getattr(args, key) is not None:
             m[key] = getattr(args, key)
+    m["concurrency"] = args.request_concurrency if mode == "request" else args.concurrency
     return m
 
 
@@ -263,7 +277,7 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
     spread_s = m["ttft_s"] + m["num_tokens"] * m["interval_s"]
     max_tokens = int(m["num_tokens"] + m["tokens_spread"])
     cmd = [sys.executable, "-m", "bench._loadgen", "--rounds", str(args.rounds), "--concurrency",
-           str(args.concurrency), "--warmup-s", str(m["warmup_s"]), "--round-s", str(m["round_s"]), "--spread-s",
+           str(int(m["concurrency"])), "--warmup-s", str(m["warmup_s"]), "--round-s", str(m["round_s"]), "--spread-s",
            str(spread_s), "--max-tokens", str(max_tokens), "--key", KEY, "--out", str(out)]  # fmt: skip
     for t in stack.targets:
         cmd += ["--target", t]
@@ -313,9 +327,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--mode",
-        choices=["fixed", "saturate", "both", "workers"],
+        choices=["fixed", "saturate", "both", "workers", "request", "cost"],
         default="both",
-        help="workers: one gateway process vs `--workers 2`, both saturated, side by side",
+        help="workers: one gateway process vs `--workers 2`, both saturated, side by side; request: 4-token "
+        "answers at --request-concurrency streams (CPU per request); cost: fixed, then request, in one run",
     )
     p.add_argument(
         "--baseline",
@@ -334,6 +349,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "the routers are installed into the bench's own environment on first use)",
     )
     p.add_argument("--concurrency", type=int, default=256)
+    p.add_argument(
+        "--request-concurrency", type=int, default=128, help="streams in `request` (4-token answers; default 128)"
+    )
     p.add_argument("--rounds", type=int, default=5, help="rounds per mode; each drives every target once")
     p.add_argument("--round-s", type=float, help="measured seconds per round (default: the mode's)")
     p.add_argument("--warmup-s", type=float, help="seconds before each round's window (default: the mode's)")
@@ -359,10 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     peers = choose_peers(args)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TAOTOKEN_API_KEY": KEY}
     results = []
-    for mode in ("fixed", "saturate") if args.mode == "both" else (args.mode,):
+    for mode in RUNS.get(args.mode, (args.mode,)):
         m = timing(mode, args)
         print(
-            f"{mode}: {args.concurrency} streams, upstream TTFT {1000 * m['ttft_s']:.0f} ms, a token every "
+            f"{mode}: {m['concurrency']:g} streams, upstream TTFT {1000 * m['ttft_s']:.0f} ms, a token every "
             f"{1000 * m['interval_s']:g} ms per stream, {m['num_tokens']:g} ± {m['tokens_spread']:g} tokens per "
             f"request; {args.rounds} rounds of {m['warmup_s']:g}+{m['round_s']:g} s per target"
             f"{' (the tenant targets together with the gateway)' if args.together else ''}; "
