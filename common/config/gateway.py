@@ -9,6 +9,7 @@ from pydantic import Field, HttpUrl, field_validator, model_validator
 
 from common.config.base import Section
 from common.config.routing import CacheAwareSection, RoutingName
+from common.config.zmq_endpoint import check_zmq_endpoint
 
 MIN_SECRET_CHARS = 16
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1024  # the load test (256 streams, scrapes) and the soak (512) from one host fit
@@ -242,9 +243,23 @@ class BackendEntry(Section):
     api_key: str | None = Field(None, description="sent upstream instead of the client's key")
     upstream_model: str | None = Field(None, description="the name the backend serves, if it differs")
     weight: int = Field(1, ge=1)
+    kv_events_endpoint: str | None = Field(
+        None,
+        description="routing = 'kv_events': the engine's KV-event publisher to subscribe to (vLLM's "
+        "--kv-events-config endpoint, or [sim] kv_events_endpoint), as the gateway reaches it: tcp://HOST:PORT",
+    )
+    kv_events_replay_endpoint: str | None = Field(
+        None, description="its replay socket: missed batches are asked for again (and its buffer read at start)"
+    )
+    kv_events_topic: str = Field("", description="the topic the engine publishes under")
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
         HttpUrl(value)
         return value.rstrip("/")
+
+    @field_validator("kv_events_endpoint", "kv_events_replay_endpoint")
+    @classmethod
+    def _zmq(cls, value: str | None) -> str | None:
+        return None if value is None else check_zmq_endpoint(value, bind=False)

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.config.base import Section
 
-RoutingName = Literal["least_load", "round_robin", "cache_aware", "cache_aware_local"]
+RoutingName = Literal["least_load", "round_robin", "cache_aware", "cache_aware_local", "kv_events"]
 
 
 class CacheAwareSection(Section):
@@ -60,3 +61,16 @@ class CacheAwareSection(Section):
         "than this",
     )
     balance_rel: float = Field(1.3, ge=1, description="... and is more than this many times the least load")
+    tokenizer: str = Field(
+        "words",
+        min_length=1,
+        description="kv_events: how the gateway computes a prompt's token ids as the engines do: 'words' (the "
+        "sim's tokenizer) or the model's folder (its tokenizer.json and tokenizer_config.json's chat template)",
+    )
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, value: str) -> str:
+        if value != "words" and not (Path(value).expanduser() / "tokenizer.json").is_file():
+            raise ValueError(f"{value!r} has no tokenizer.json: give the model's folder, or 'words' for the sim")
+        return value

@@ -8,9 +8,10 @@ the interval to ~14 ms; async scheduling hides it behind the forward.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.config.base import Section
+from common.config.zmq_endpoint import check_zmq_endpoint
 
 
 class SimSection(Section):
@@ -59,3 +60,18 @@ class SimSection(Section):
         "share of max_tokens (< 1), streamed as `reasoning` deltas before the answer's `content` (vLLM 0.32's shape)",
     )
     seed: int = 0
+    kv_events_endpoint: str | None = Field(
+        None,
+        description="publish the KV cache's changes as vLLM does (--kv-events-config endpoint): a ZeroMQ PUB "
+        "socket bound here, e.g. tcp://*:5557 (tcp://HOST:PORT or ipc://PATH); unset: no events",
+    )
+    kv_events_replay_endpoint: str | None = Field(
+        None, description="a ZeroMQ ROUTER socket bound here replays buffered batches from a sequence number"
+    )
+    kv_events_topic: str = Field("", description="the topic frame of every published batch")
+    kv_events_buffer_steps: int = Field(10_000, ge=1, le=10_000_000, description="batches kept for replay")
+
+    @field_validator("kv_events_endpoint", "kv_events_replay_endpoint")
+    @classmethod
+    def _zmq_endpoint(cls, value: str | None) -> str | None:
+        return None if value is None else check_zmq_endpoint(value, bind=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from common.net import public_url
 from common.promtext import sums_by_name
+from gateway.pool.kv_listener import KvListener
 from gateway.pool.model_pool import Backend, Router
 from gateway.upstream.client import UpstreamClient
 
@@ -144,8 +145,14 @@ class HealthMonitor:
             await asyncio.gather(*checks, return_exceptions=True)
 
     async def scrape_forever(self, interval_s: float) -> None:
-        """Every interval_s, or more often when a routing policy asks (cache_aware: 0.1 s)."""
+        """Every interval_s, or more often when a routing policy asks (cache_aware: 0.1 s). The engines'
+        KV-cache events (routing = "kv_events") are followed meanwhile, in this process too."""
         interval_s = self.router.scrape_interval_s(interval_s)
-        while True:
-            await self.scrape_all()
-            await asyncio.sleep(interval_s)
+        listener = KvListener(self.router)
+        listener.start()
+        try:
+            while True:
+                await self.scrape_all()
+                await asyncio.sleep(interval_s)
+        finally:
+            await listener.close()

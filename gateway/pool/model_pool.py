@@ -26,10 +26,17 @@ class Backend:
     num_reported: int = 0  # running + waiting, scraped from its /metrics
     num_inflight_at_scrape: int = 0  # num_inflight when num_reported was read
     num_attempts: int = 0  # attempts that ended here (Flights.close): the outlier rates' requests
+    kv_events_endpoint: str | None = None  # its KV-event publisher (routing = "kv_events")
+    kv_events_replay_endpoint: str | None = None
+    kv_events_topic: str = ""
 
     @classmethod
     def of(cls, entry: BackendEntry) -> Backend:
-        return cls(entry.name, entry.url, entry.model, entry.upstream_model, entry.api_key)
+        return cls(
+            entry.name, entry.url, entry.model, entry.upstream_model, entry.api_key,
+            kv_events_endpoint=entry.kv_events_endpoint, kv_events_replay_endpoint=entry.kv_events_replay_endpoint,
+            kv_events_topic=entry.kv_events_topic,
+        )  # fmt: skip
 
     def load(self) -> int:
         return self.num_inflight + self.num_reported

@@ -47,9 +47,9 @@ def homes(policy: Rendezvous, pool: list[Backend]) -> list[str]:
 
 DECIDE = """
 import json, sys
-from gateway.pool.model_pool.model_pool import Backend
-from gateway.pool.model_pool.routing.prefix import Prompt
-from gateway.pool.model_pool.routing.rendezvous import Rendezvous
+from gateway.pool.model_pool import Backend
+from gateway.pool.routing.prefix import Prompt
+from gateway.pool.routing.rendezvous import Rendezvous
 from common.config.gateway import BackendEntry
 from common.config.routing import CacheAwareSection
 settings, observed, loads, texts = json.loads(sys.stdin.read())
@@ -227,7 +227,7 @@ def test_every_name_builds_its_policy(name: str) -> None:
     pool[0].num_inflight = 1
     route = policy.route(pool, prompt(1))
     assert route is not None and route.backend in pool
-    assert policy.reads_prompt == policy.by_prefix == name.startswith("cache_aware")
+    assert policy.reads_prompt == policy.by_prefix == (name in {"cache_aware", "cache_aware_local", "kv_events"})
     with pytest.raises(ValueError, match="unknown routing policy 'nope'"):
         make_policy("nope")
 

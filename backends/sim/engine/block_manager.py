@@ -4,6 +4,11 @@ A block holds block_size tokens. A full block gets a hash of (previous block's h
 its tokens); a later sequence whose prompt starts with the same blocks reuses them and
 skips their prefill. Freed blocks keep their hash until they are handed out again
 (least recently freed first), so a repeated prefix hits even after the first user left.
+
+With `record_events`, the cache's changes are kept as vLLM's KV-cache events (common/kv_events.py):
+BlockStored for each run of newly cached blocks (their hashes, the hash before them, their token
+ids), BlockRemoved for a cached block handed out again; `take_events` empties the list (one batch
+per step, as vLLM publishes). The hashes are the sim's own (Python's, as 64-bit unsigned).
 """
 
 from __future__ import annotations
@@ -11,10 +16,15 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from backends.sim.engine.sequence import Sequence
+from common.kv_events import MEDIUM_GPU, BlockRemoved, BlockStored, KvEvent
+
+MASK64 = (1 << 64) - 1
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, record_events: bool = False
+    ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -24,6 +34,14 @@ class BlockManager:
         self.cached: dict[int, int] = {}  # hash -> block id
         self.num_queries = 0
         self.num_hits = 0
+        self.events: list[KvEvent] | None = [] if record_events and enable_prefix_caching else None
+
+    def take_events(self) -> list[KvEvent]:
+        """The cache's changes since the last call (none without record_events)."""
+        if not self.events:
+            return []
+        events, self.events = self.events, []
+        return events
 
     @property
     def num_free(self) -> int:
@@ -86,6 +104,8 @@ class BlockManager:
             if old is not None:
                 if self.cached.get(old) == block:
                     del self.cached[old]
+                    if self.events is not None:
+                        self.events.append(BlockRemoved([old & MASK64], MEDIUM_GPU))
                 self.block_hash[block] = None
             self.ref_count[block] = 1
             seq.block_table.append(block)
@@ -99,12 +119,40 @@ class BlockManager:
         if full <= done:
             return
         hashes = self._chain_hashes(seq.token_ids, done, full, prev)
+        stored: list[int] = []  # the positions of the blocks newly cached
         for i, h in enumerate(hashes, start=done):
             block = seq.block_table[i]
             if self.block_hash[block] is None:
                 self.block_hash[block] = h
-                self.cached.setdefault(h, block)
+                if self.cached.setdefault(h, block) == block:
+                    stored.append(i)
+        if self.events is not None and stored:
+            self._stored(seq, stored, prev, hashes, done)
         seq.num_hashed_blocks, seq.last_block_hash = full, hashes[-1]
+
+    def _stored(self, seq: Sequence, positions: list[int], prev: int, hashes: list[int], done: int) -> None:
+        """One BlockStored per run of consecutive newly cached blocks."""
+        assert self.events is not None
+        size, runs = self.block_size, [[positions[0]]]
+        for i in positions[1:]:
+            if i == runs[-1][-1] + 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        for run in runs:
+            first, last = run[0], run[-1]
+            parent = (hashes[first - done - 1] if first > done else prev) if first > 0 else None
+            self.events.append(
+                BlockStored(
+                    [hashes[i - done] & MASK64 for i in run],
+                    None if parent is None else parent & MASK64,
+                    seq.token_ids[first * size : (last + 1) * size],
+                    size,
+                    None,
+                    MEDIUM_GPU,
+                    None,
+                )
+            )
 
     def release(self, seq: Sequence) -> None:
         """Free a sequence's blocks (finished, aborted or preempted). Hashed blocks stay

@@ -31,7 +31,9 @@ class EngineCore:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
         c = settings.cost
-        self.blocks = BlockManager(c.kv_cache_blocks, c.block_size, c.enable_prefix_caching)
+        self.blocks = BlockManager(
+            c.kv_cache_blocks, c.block_size, c.enable_prefix_caching, record_events=c.kv_events_endpoint is not None
+        )
         self.scheduler = Scheduler(
             self.blocks,
             max_num_seqs=settings.max_num_seqs,

@@ -7,34 +7,11 @@ so the output text split on whitespace has exactly as many words as tokens.
 
 from __future__ import annotations
 
-import zlib
+from common.sim_words import VOCAB_SIZE, WORDS, token_id, tokenize
 
-VOCAB_SIZE = 32000
+__all__ = ["TOKEN_TEXT", "VOCAB_SIZE", "WORDS", "output_token", "token_id", "tokenize"]
 
-WORDS: tuple[str, ...] = (
-    "the", "engine", "steps", "forward", "token", "interval", "batch", "slot",
-    "reuse", "async", "schedule", "prefill", "decode", "cache", "block", "prefix",
-    "stream", "queue", "gpu", "busy", "idle", "kernel", "memory", "latency",
-    "throughput", "request", "model", "layer", "head", "tensor", "vector", "matrix",
-    "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "river",
-    "mountain", "cloud", "signal", "pattern", "window", "garden", "harbor", "lantern",
-    "amber", "cobalt", "silver", "copper", "marble", "velvet", "cedar", "maple",
-    "north", "south", "east", "west", "early", "late", "bright", "calm",
-)  # fmt: skip
-
-_INDEX = {word: i for i, word in enumerate(WORDS)}
 TOKEN_TEXT: tuple[str, ...] = tuple(" " + word for word in WORDS)
-
-
-def token_id(word: str) -> int:
-    known = _INDEX.get(word)
-    if known is not None:
-        return known
-    return len(WORDS) + zlib.crc32(word.encode("utf-8")) % (VOCAB_SIZE - len(WORDS))
-
-
-def tokenize(text: str) -> list[int]:
-    return [token_id(word) for word in text.split()]
 
 
 def output_token(seq_id: int, position: int) -> int:

@@ -20,6 +20,7 @@ from backends.sim.engine.scheduler import TokenEvent
 from backends.sim.engine.sequence import Sequence
 from backends.sim.engine.steps import StepTimeline
 from backends.sim.server.gcwatch import GcWatch
+from backends.sim.server.kv_publisher import KvEventPublisher
 from backends.sim.server.metrics import SimMetrics
 from backends.sim.server.outbox import Outbox
 from backends.sim.server.stream import TokenSink
@@ -42,11 +43,14 @@ class RealtimeEngine:
         self.metrics = SimMetrics(settings.model, self.core, self.window)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.kv_publisher: KvEventPublisher | None = None  # [sim] kv_events_endpoint: the cache's changes
         frontend = Frontend.of(settings)
         self.outbox = None if frontend is None else Outbox(frontend, now_s, self.abort)
 
     def start(self) -> None:
         self.gc.__enter__()
+        if self.settings.cost.kv_events_endpoint is not None:
+            self.kv_publisher = KvEventPublisher(self.settings.cost)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-step-loop")
 
     async def stop(self) -> None:
@@ -63,6 +67,9 @@ class RealtimeEngine:
         for sink in self.sinks.values():
             sink.close("abort")
         self.sinks.clear()
+        if self.kv_publisher is not None:
+            await self.kv_publisher.close()
+            self.kv_publisher = None
 
     def submit(self, seq: Sequence) -> TokenSink:
         sink = TokenSink(seq)
@@ -117,6 +124,8 @@ class RealtimeEngine:
         self.window.add(step)
         self.metrics.on_step(step)
         self._deliver(events, t)
+        if self.kv_publisher is not None:
+            self.kv_publisher.publish(self.core.blocks.take_events())
 
     def _deliver(self, events: list[TokenEvent], t: float) -> None:
         """Hand each token to its request (usually: write it to the socket). Inter-token

@@ -69,17 +69,21 @@ def prompt_blocks(body: dict[str, Any], chat: bool, block_chars: int, max_blocks
 class Prompt:
     """A request's prompt as the prefix policies read it; each view is computed once, on demand."""
 
-    __slots__ = ("_blocks", "block_chars", "max_blocks", "text")
+    __slots__ = ("_blocks", "block_chars", "body", "chat", "max_blocks", "text")
 
-    def __init__(self, text: str, block_chars: int, max_blocks: int) -> None:
+    def __init__(
+        self, text: str, block_chars: int, max_blocks: int, body: dict[str, Any] | None = None, chat: bool = False
+    ) -> None:
         self.text = text
         self.block_chars = block_chars
         self.max_blocks = max_blocks
+        self.body = body  # the request as parsed (kv_events tokenizes it as the engine does)
+        self.chat = chat
         self._blocks: list[int] | None = None
 
     @classmethod
     def of(cls, body: dict[str, Any], chat: bool, block_chars: int, max_blocks: int) -> Prompt:
-        return cls(prompt_text(body, chat), block_chars, max_blocks)
+        return cls(prompt_text(body, chat), block_chars, max_blocks, body, chat)
 
     @property
     def num_blocks(self) -> int:

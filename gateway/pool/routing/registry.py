@@ -10,6 +10,7 @@ from typing import get_args
 
 from common.config.routing import CacheAwareSection, RoutingName
 from gateway.pool.routing.affinity import PrefixAffinity
+from gateway.pool.routing.kv_events import KvEvents
 from gateway.pool.routing.policy import LeastLoad, RoundRobin, RoutingPolicy
 from gateway.pool.routing.rendezvous import Rendezvous
 
@@ -18,6 +19,7 @@ POLICIES: dict[str, Callable[[CacheAwareSection], RoutingPolicy]] = {
     "round_robin": lambda _: RoundRobin(),
     "cache_aware": Rendezvous,
     "cache_aware_local": PrefixAffinity,
+    "kv_events": KvEvents,
 }
 assert set(POLICIES) == set(get_args(RoutingName)), "a routing name without a policy, or one not in the config"
 
