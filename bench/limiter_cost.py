@@ -34,6 +34,7 @@ from bench._peers import REDIS_INSTALL, find_redis, redis_command
 from common.net import free_port, wait_for_port
 from common.process_group import stop_process
 from gateway.tenants.auth import Principal
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.limits.memory import MemoryLimiter
 from gateway.tenants.limits.redis import RedisLimiter
 
@@ -68,7 +69,7 @@ async def measure(make: Any, args: argparse.Namespace, round_no: int, down: list
     """CPU and wall µs per request of one round (the limiter made and warmed up first); `down` gets
     a word for each request a Redis limiter counted in memory instead (Redis unreachable for it)."""
     limiter = make(down.append)
-    who = Principal(f"bench-{round_no}-{time.monotonic_ns()}", **KEY)  # type: ignore[arg-type]
+    who = Principal(f"bench-{round_no}-{time.monotonic_ns()}", limits=KeyLimits(**KEY))
     try:
         await cycle(limiter, who, min(500, args.requests), args.concurrency)  # connections, scripts loaded
         cpu0, wall0 = time.process_time(), time.perf_counter()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Iterator

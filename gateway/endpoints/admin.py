@@ -40,9 +40,7 @@ def key_json(record: KeyRecord, now: float) -> dict[str, Any]:
     return {
         "name": record.name,
         "models": list(record.models) if record.models is not None else None,
-        "rpm": record.rpm,
-        "tpm": record.tpm,
-        "max_concurrency": record.max_concurrency,
+        **record.limits.as_dict(),
         "created_at": int(record.created_at),
         "expires_at": int(record.expires_at) if record.expires_at is not None else None,
         "revoked": record.revoked_at is not None,
@@ -98,7 +96,7 @@ async def create_key(request: Request, gw: Gateway) -> Response:
     new = await _parse_new_key(request)
     expires_at = time.time() + new.expires_in_days * 86400 if new.expires_in_days else None
     try:
-        secret = await gw.store.create(new.name, new.models, new.rpm, new.tpm, expires_at, new.max_concurrency)
+        secret = await gw.store.create(new.name, new.models, new.limits, expires_at)
     except DuplicateKeyName as exc:
         raise ApiError(409, str(exc), param="name", code="key_exists") from None
     except InvalidKeyField as exc:

@@ -63,7 +63,7 @@ class Completions:
         admission.marks.body_s = time.monotonic()
         pool = admit_model(gw, who, call.model, admission)
         estimate = estimate_tokens(len(raw), call.budget_tokens)
-        if who.tpm is not None:
+        if who.limits.tpm is not None:
             await limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
         admission.marks.done_s = time.monotonic()
         return Exchange(who, call, estimate), pool

@@ -98,7 +98,7 @@ def request_spans(exchange: Exchange, prompt: int, completion: int, end_s: float
     root = SpanSpec(f"{op} {call.model}", trace.span_id, trace.parent_id, exchange.t0_s, end_s, attrs, "server", error)
     spans = [root]
     if a is not None:
-        spans += admission_spans(trace, a, exchange.who.name, root, exchange.who.tpm is not None)
+        spans += admission_spans(trace, a, exchange.who.name, root, exchange.who.limits.tpm is not None)
     for i, x in enumerate(exchange.attempts):
         route = {"zerogap.route.policy": exchange.routing, "zerogap.route.reason": x.reason or exchange.routing,
                  "zerogap.backend": x.backend, "zerogap.attempt": i}  # fmt: skip

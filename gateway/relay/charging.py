@@ -104,7 +104,7 @@ def settle(exchange: Exchange, m: GatewayMetrics, limiter: Limiter, usage: Usage
         m.tokens.labels(call.model, who.name, "prompt").inc(prompt)
         m.tokens.labels(call.model, who.name, "completion").inc(completion)
         usage.record(who.name, call.model, prompt, completion)
-    if who.tpm is not None:
+    if who.limits.tpm is not None:
         limiter.settle(who, exchange.estimate, prompt + completion)
     if log.isEnabledFor(logging.DEBUG):
         ttft_ms = f"{1000 * (first_s - exchange.t0_s):.1f}" if first_s is not None else "-"

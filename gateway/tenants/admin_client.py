@@ -7,11 +7,10 @@ import json
 import os
 import urllib.error
 import urllib.request
-from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote
 
-from gateway.tenants.keys.base import DuplicateKeyName, KeyRecord, KeyStoreError, UsageRow
+from gateway.tenants.keys.base import DuplicateKeyName, KeyLimits, KeyRecord, KeyStoreError, UsageRow
 from gateway.tenants.keys.fields import KeyFields
 
 ADMIN_KEY_ENV = "ZEROGAP_ADMIN_KEY"
@@ -51,16 +50,18 @@ class AdminClient:
 
     def create(self, fields: KeyFields) -> str:
         """POST the key's fields (checked here already, and again by the gateway)."""
-        body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(fields).items() if v is not None}
+        given = {"name": fields.name, "models": fields.models, **fields.limits.as_dict(),
+                 "expires_in_days": fields.expires_in_days}  # fmt: skip
+        body = {k: list(v) if isinstance(v, tuple) else v for k, v in given.items() if v is not None}
         _, answer = self._call("POST", "/admin/keys", body)
         return str(answer["key"])
 
     def keys(self) -> list[KeyRecord]:
         _, answer = self._call("GET", "/admin/keys")
         return [
-            KeyRecord(k["name"], "", tuple(k["models"]) if k["models"] is not None else None, k["rpm"], k["tpm"],
-                      float(k["created_at"]), k["expires_at"], 0.0 if k["revoked"] else None,
-                      k.get("max_concurrency"))
+            KeyRecord(k["name"], "", tuple(k["models"]) if k["models"] is not None else None,
+                      KeyLimits(**{n: k.get(n) for n in KeyLimits.names()}),
+                      float(k["created_at"]), k["expires_at"], 0.0 if k["revoked"] else None)
             for k in answer["data"]
         ]  # fmt: skip
 

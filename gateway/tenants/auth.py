@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from common.config.gateway import GatewaySection
 from gateway.server.errors import ApiError
 from gateway.tenants.auth_throttle import AuthThrottle
-from gateway.tenants.keys.base import KeyRecord, Store
+from gateway.tenants.keys.base import NO_LIMITS, KeyLimits, KeyRecord, Store
 
 if TYPE_CHECKING:
     from gateway.observe.metrics import GatewayMetrics
@@ -41,10 +41,8 @@ class Principal:
 
     name: str
     models: frozenset[str] | None = None
-    rpm: int | None = None
-    tpm: int | None = None
+    limits: KeyLimits = NO_LIMITS  # the unified key has none
     expires_at: float | None = None
-    max_concurrency: int | None = None  # requests of this key in flight at once (None: no cap)
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -52,7 +50,7 @@ class Principal:
 
 def _principal(record: KeyRecord) -> Principal:
     models = frozenset(record.models) if record.models is not None else None
-    return Principal(record.name, models, record.rpm, record.tpm, record.expires_at, record.max_concurrency)
+    return Principal(record.name, models, record.limits, record.expires_at)
 
 
 class AuthFailure(ApiError):

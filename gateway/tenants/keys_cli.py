@@ -14,7 +14,7 @@ from common.argtypes import positive_float, positive_int
 from common.config import ConfigError, load_config
 from gateway.tenants.admin_client import AdminClient
 from gateway.tenants.keys.auto import open_store
-from gateway.tenants.keys.base import KeyRecord, KeyStoreError, Store, UsageRow
+from gateway.tenants.keys.base import KeyLimits, KeyRecord, KeyStoreError, Store, UsageRow
 from gateway.tenants.keys.fields import KeyFields, checked
 
 
@@ -26,10 +26,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create = sub.add_parser("create", help="create a key and print its secret once")
     create.add_argument("--name", required=True, help="a unique name (used in logs, metrics and usage)")
     create.add_argument("--models", help="comma-separated models the key may use, e.g. m1,m2 (default: all)")
-    create.add_argument("--rpm", type=positive_int, help="requests per minute (default: no limit)")
-    create.add_argument("--tpm", type=positive_int, help="prompt + completion tokens per minute (default: no limit)")
-    create.add_argument("--max-concurrency", type=positive_int, metavar="N",
-                        help="requests of this key in flight at once (default: no limit)")  # fmt: skip
+    for limit in KeyLimits.names():  # --rpm, --tpm, --max-concurrency, ...
+        create.add_argument(f"--{limit.replace('_', '-')}", type=positive_int, metavar="N",
+                            help=f"{KeyLimits.meaning(limit)} (default: no limit)")  # fmt: skip
     create.add_argument("--expires-in", type=positive_float, metavar="DAYS", help="expire after DAYS days")
     listing = sub.add_parser("list", help="list keys (never their secrets) and their usage")
     revoke = sub.add_parser("revoke", help="revoke a key by name (effective within a second)")
@@ -38,6 +37,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         command.add_argument("--config", default=argparse.SUPPRESS, help="config file (default config.toml)")
         command.add_argument("--url", default=argparse.SUPPRESS, help="a running gateway's URL (admin API)")
     return parser.parse_args(argv)
+
+
+LIMIT_HEADS = {"max_concurrency": "MAXCONC"}  # a column head shorter than the field's name
 
 
 def _when(ts: float | None) -> str:
@@ -49,18 +51,15 @@ def print_keys(keys: list[KeyRecord], usage_rows: list[UsageRow]) -> None:
     for row in usage_rows:
         n, p, c = usage.get(row.key_name, (0, 0, 0))
         usage[row.key_name] = (n + row.num_requests, p + row.prompt_tokens, c + row.completion_tokens)
-    print(
-        f"{'NAME':<20} {'STATUS':<8} {'MODELS':<20} {'RPM':>6} {'TPM':>8} {'MAXCONC':>7} {'EXPIRES':<21} "
-        f"{'REQUESTS':>8} {'TOKENS':>9}"
-    )
+    heads = [LIMIT_HEADS.get(name, name.upper()) for name in KeyLimits.names()]
+    print(f"{'NAME':<20} {'STATUS':<8} {'MODELS':<20} " + " ".join(f"{h:>8}" for h in heads)
+          + f" {'EXPIRES':<21} {'REQUESTS':>8} {'TOKENS':>9}")  # fmt: skip
     now = time.time()
     for k in keys:
         n, p, c = usage.get(k.name, (0, 0, 0))
         models = ",".join(k.models) if k.models else "*"
-        print(
-            f"{k.name:<20} {k.status(now):<8} {models:<20} {k.rpm or '-':>6} {k.tpm or '-':>8} "
-            f"{k.max_concurrency or '-':>7} {_when(k.expires_at):<21} {n:>8} {p + c:>9}"
-        )
+        limits = " ".join(f"{v or '-':>8}" for v in k.limits.values())
+        print(f"{k.name:<20} {k.status(now):<8} {models:<20} {limits} {_when(k.expires_at):<21} {n:>8} {p + c:>9}")
 
 
 def _created(name: str, secret: str) -> int:
@@ -81,7 +80,8 @@ def new_key_fields(args: argparse.Namespace) -> KeyFields:
     """The options of `keys create`, checked as the admin API checks a body. --models "a, b" names
     a and b; an empty name ("a,,b", "") is refused, never read as "every model"."""
     models = [m.strip() for m in args.models.split(",")] if args.models is not None else None
-    return checked(args.name, models, args.rpm, args.tpm, args.max_concurrency, args.expires_in)
+    limits = {name: getattr(args, name) for name in KeyLimits.names()}
+    return checked(args.name, models, limits, args.expires_in)
 
 
 async def run_local(store: Store, args: argparse.Namespace) -> int:
@@ -91,9 +91,7 @@ async def run_local(store: Store, args: argparse.Namespace) -> int:
         if fields is not None:
             days = fields.expires_in_days
             expires = time.time() + days * 86400 if days else None
-            secret = await store.create(
-                fields.name, fields.models, fields.rpm, fields.tpm, expires, fields.max_concurrency
-            )
+            secret = await store.create(fields.name, fields.models, fields.limits, expires)
             return _created(fields.name, secret)
         if args.command == "list":
             print_keys(await store.keys(), await store.usage())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import auth, chat_body, error_of
@@ -59,7 +60,7 @@ def check_split(outcomes: list[Outcome], cap: int) -> None:
 def new_key(config_dir: Path, name: str, cap: int) -> str:
     store = KeyStore(config_dir / "keys.db")
     try:
-        return store.create(name, max_concurrency=cap)
+        return store.create(name, limits=KeyLimits(max_concurrency=cap))
     finally:
         store.close()
 

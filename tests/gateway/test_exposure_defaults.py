@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.net import free_port
 from gateway.endpoints.backends_info import on_loopback
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from loadgen.metrics_discovery import ask_gateway
 from tests.fixtures.upstream import UpstreamServer
@@ -40,7 +41,7 @@ def key_labels(text: str) -> set[str]:
 def test_the_metrics_name_tenants_only_behind_the_metrics_key(tmp_path: Path, metrics_key: str) -> None:
     with UpstreamServer(model="m") as up:
         store = KeyStore(tmp_path / "keys.db")
-        key = store.create(TENANT, rpm=1)
+        key = store.create(TENANT, limits=KeyLimits(rpm=1))
         store.close()
         with gateway(tmp_path, up, f'metrics_key = "{metrics_key}"') as gw:
             answers = [chat(gw.url, key), chat(gw.url, key), call(gw.url + "/tokenize", UNIFIED, {"model": "m"})]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tenants.keys.base import KeyStoreError
+from gateway.tenants.keys.base import KeyLimits, KeyStoreError
 from gateway.tenants.keys.fields import InvalidKeyField
 from gateway.tenants.keys.sqlite import KeyStore
 from gateway.tenants.keys.sqlite_schema import SCHEMA_VERSION
@@ -77,7 +77,7 @@ def test_old_file_is_upgraded_and_keeps_every_allow_list(tmp_path, caplog) -> No
     assert {n: r.models for n, r in records.items()} == {
         "both": ("m", "other"), "only-m": ("m",), "empty": (), "all": None, "odd": ("m", ""),
     }  # fmt: skip
-    assert all(r.max_concurrency is None and r.rpm == 60 for r in records.values())
+    assert all(r.limits.max_concurrency is None and r.limits.rpm == 60 for r in records.values())
     assert [(u.key_name, u.num_requests, u.completion_tokens) for u in usage] == [("both", 2, 20)]
     rows = raw_rows(path)
     assert rows["both"] == ('["m", "other"]', 60, None) and rows["all"][0] is None and rows["empty"][0] == "[]"
@@ -160,7 +160,7 @@ def test_new_file_wal_and_shm_are_owner_only(tmp_path) -> None:
     try:
         path = tmp_path / "state" / "keys.db"
         store = KeyStore(path)
-        store.create("k", models=["m"], max_concurrency=3)
+        store.create("k", models=["m"], limits=KeyLimits(max_concurrency=3))
         wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
         assert wal.exists() and shm.exists()
         assert (mode(path), mode(wal), mode(shm)) == (0o600, 0o600, 0o600)
@@ -221,11 +221,11 @@ def test_stored_json_that_cannot_be_read_allows_no_model(tmp_path, caplog) -> No
 
 def test_max_concurrency_round_trips_and_is_bounded(tmp_path) -> None:
     store = KeyStore(tmp_path / "keys.db")
-    store.create("capped", max_concurrency=4)
+    store.create("capped", limits=KeyLimits(max_concurrency=4))
     store.create("free")
     for bad in (0, -1, 100_001, True, 2.5):
         with pytest.raises(InvalidKeyField, match="max_concurrency"):
-            store.create("bad", max_concurrency=bad)  # type: ignore[arg-type]
-    assert {r.name: r.max_concurrency for r in store.keys()} == {"capped": 4, "free": None}
+            store.create("bad", limits=KeyLimits(max_concurrency=bad))  # type: ignore[arg-type]
+    assert {r.name: r.limits.max_concurrency for r in store.keys()} == {"capped": 4, "free": None}
     store.close()
     assert raw_rows(tmp_path / "keys.db")["capped"] == (None, None, 4)

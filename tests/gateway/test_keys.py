@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from common.net import free_port
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import METRICS_KEY, GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
@@ -80,7 +81,7 @@ async def test_requests_per_minute_limit(tmp_path) -> None:
     with UpstreamServer(model="m") as up:
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")], per_key=True)) as gs:
             store = store_of(gs)
-            key = store.create("rpm2", rpm=2)
+            key = store.create("rpm2", limits=KeyLimits(rpm=2))
             store.close()
             url = gs.url + "/v1/chat/completions"
             await wait_status(url, key, 200, 2)
@@ -100,7 +101,7 @@ async def test_tokens_per_minute_limit_counts_usage(tmp_path) -> None:
     with UpstreamServer(Behavior(num_output_tokens=40), model="m") as up:
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
             store = store_of(gs)
-            key = store.create("tpm200", tpm=200)
+            key = store.create("tpm200", limits=KeyLimits(tpm=200))
             store.close()
             url = gs.url + "/v1/chat/completions"
             body = chat_body(stream=False, max_tokens=40)  # reserves 27 + 40 = 67 tokens; uses 2 + 40
@@ -131,7 +132,7 @@ async def test_the_gateways_key_file_is_owner_only(tmp_path) -> None:
     with UpstreamServer(model="m") as up:
         with GatewayServer(make_config(tmp_path, [("b0", up.url, "m")])) as gs:
             store = store_of(gs)
-            key = store.create("owner-only", max_concurrency=2)
+            key = store.create("owner-only", limits=KeyLimits(max_concurrency=2))
             await wait_status(gs.url + "/v1/chat/completions", key, 200, 2)
             files = [tmp_path / "keys.db", tmp_path / "keys.db-wal", tmp_path / "keys.db-shm"]
             modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in files}
@@ -161,5 +162,5 @@ def test_keys_cli_local_max_concurrency_and_allow_lists(tmp_path, clean_env) -> 
     records = {r.name: r for r in store.keys()}
     store.close()
     assert set(records) == {"capped"}
-    assert (records["capped"].models, records["capped"].max_concurrency) == (("m", "org/m:v2"), 3)
+    assert (records["capped"].models, records["capped"].limits.max_concurrency) == (("m", "org/m:v2"), 3)
     assert stat.S_IMODE(Path(tmp_path / "keys.db").stat().st_mode) == 0o600

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.server.errors import ApiError
 from gateway.tenants.auth import Principal
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.limits.base import Limiter
 from gateway.tenants.limits.memory import MemoryLimiter
 from gateway.tenants.limits.redis import RedisLimiter
@@ -48,7 +49,7 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 def key(**limits: int) -> Principal:
     """A key with a fresh name (the Redis server is shared by the module's tests)."""
-    return Principal(f"k{uuid.uuid4().hex[:8]}", **limits)  # type: ignore[arg-type]
+    return Principal(f"k{uuid.uuid4().hex[:8]}", limits=KeyLimits(**limits))
 
 
 async def settled(limiter: Limiter) -> None:

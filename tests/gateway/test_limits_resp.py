@@ -17,6 +17,7 @@ from common.net import free_port, wait_for_port
 from common.process_group import stop_process
 from gateway.server.errors import ApiError
 from gateway.tenants.auth import Principal
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.limits.redis import RedisLimiter
 from gateway.tenants.limits.redis_lua import SETTLE
 from gateway.tenants.limits.resp import _INCOMPLETE, RedisConnection, Script, pack, parse
@@ -47,7 +48,7 @@ def test_a_reply_is_read_whole_or_not_at_all() -> None:
 
 
 def key(**limits: int) -> Principal:
-    return Principal(f"k{uuid.uuid4().hex[:8]}", **limits)  # type: ignore[arg-type]
+    return Principal(f"k{uuid.uuid4().hex[:8]}", limits=KeyLimits(**limits))
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import hmac
 import psycopg
 import pytest
 
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.fields import InvalidKeyField
 from gateway.tenants.keys.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
 from tests.fixtures.postgres import PostgresServer
@@ -27,22 +28,22 @@ async def opened(url: str) -> PostgresStore:
 async def test_max_concurrency_and_allow_lists_round_trip(database_url) -> None:
     store = await opened(database_url)
     try:
-        await store.create("capped", models=["m", "org/model:v1.5"], max_concurrency=4, rpm=10)
+        await store.create("capped", models=["m", "org/model:v1.5"], limits=KeyLimits(max_concurrency=4, rpm=10))
         await store.create("free")
         for bad in ([""], ["a,b"], ["a b"], []):
             with pytest.raises(InvalidKeyField) as caught:
                 await store.create("refused", models=bad)
             assert caught.value.param == "models"
         with pytest.raises(InvalidKeyField, match="max_concurrency"):
-            await store.create("refused", max_concurrency=100_001)
+            await store.create("refused", limits=KeyLimits(max_concurrency=100_001))
         records = {r.name: r for r in await store.keys()}
     finally:
         await store.close()
     assert set(records) == {"capped", "free"}
-    assert (records["capped"].models, records["capped"].max_concurrency, records["capped"].rpm) == (
+    assert (records["capped"].models, records["capped"].limits.max_concurrency, records["capped"].limits.rpm) == (
         ("m", "org/model:v1.5"), 4, 10,
     )  # fmt: skip
-    assert (records["free"].models, records["free"].max_concurrency) == (None, None)
+    assert (records["free"].models, records["free"].limits.max_concurrency) == (None, None)
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SELECT models, max_concurrency FROM zerogap_keys WHERE name = 'capped'").fetchone()
     assert row == (["m", "org/model:v1.5"], 4)  # a real array, not a joined string
@@ -70,10 +71,10 @@ async def test_schema_1_database_is_upgraded_in_place(postgres) -> None:
     try:
         store = stores[0]
         old = next(r for r in await store.keys() if r.name == "old")
-        assert (old.models, old.rpm, old.max_concurrency) == (("m", "x"), 7, None)
+        assert (old.models, old.limits.rpm, old.limits.max_concurrency) == (("m", "x"), 7, None)
         assert store.digest(secret) == old.digest  # the same store secret: the old key still authenticates
-        await stores[1].create("new", max_concurrency=2)
-        assert {r.name: r.max_concurrency for r in await stores[2].keys()} == {"new": 2, "old": None}
+        await stores[1].create("new", limits=KeyLimits(max_concurrency=2))
+        assert {r.name: r.limits.max_concurrency for r in await stores[2].keys()} == {"new": 2, "old": None}
     finally:
         for s in stores:
             await s.close()

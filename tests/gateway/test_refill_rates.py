@@ -12,6 +12,7 @@ import redis
 
 from gateway.server.errors import ApiError
 from gateway.tenants.auth import Principal
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.limits.memory import MemoryLimiter
 from gateway.tenants.limits.redis_lua import HEAD, TOKENS
 from gateway.tenants.limits.rule import Bucket
@@ -45,7 +46,7 @@ def _admitted(limiter: MemoryLimiter, who: Principal) -> int:
 
 
 def test_rpm_refills_one_request_per_60_over_rpm_seconds(clock: Clock) -> None:
-    limiter, who = MemoryLimiter(), Principal("tenant", rpm=60)
+    limiter, who = MemoryLimiter(), Principal("tenant", limits=KeyLimits(rpm=60))
     assert _admitted(limiter, who) == 60  # a full bucket at first
     clock.now_s += 0.99
     assert _admitted(limiter, who) == 0  # just below one request's worth of refill
@@ -58,7 +59,7 @@ def test_rpm_refills_one_request_per_60_over_rpm_seconds(clock: Clock) -> None:
 
 
 def test_tpm_refills_tpm_over_60_tokens_per_second(clock: Clock) -> None:
-    limiter, who = MemoryLimiter(), Principal("tenant", tpm=6000)
+    limiter, who = MemoryLimiter(), Principal("tenant", limits=KeyLimits(tpm=6000))
     limiter.take_tokens(who, 6000, 100)  # the whole minute's tokens
     clock.now_s += 0.99  # 99 tokens back: 100 do not fit yet
     with pytest.raises(ApiError) as refused:

@@ -13,6 +13,7 @@ import pytest
 
 from common.net import free_port, wait_for_port
 from common.process_group import stop_process
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
@@ -66,7 +67,7 @@ async def test_two_gateways_share_one_rpm_budget(tmp_path, redis_url) -> None:
         a_config = make_config(tmp_path, [("b0", up.url, "m")], settings)
         b_config = make_config(tmp_path, [("b0", up.url, "m")], settings)  # same key store file
         store = KeyStore(a_config.resolve_path(a_config.gateway.key_store))
-        key = store.create("shared", rpm=3)
+        key = store.create("shared", limits=KeyLimits(rpm=3))
         store.close()
         with GatewayServer(a_config) as a, GatewayServer(b_config) as b:
             statuses = []
@@ -82,7 +83,7 @@ async def test_redis_down_falls_back_to_local_limits(tmp_path, caplog) -> None:
         dead = f"redis://127.0.0.1:{free_port()}/0"
         config = make_config(tmp_path, [("b0", up.url, "m")], {"redis_url": dead})
         store = KeyStore(config.resolve_path(config.gateway.key_store))
-        key = store.create("fallback", rpm=1)
+        key = store.create("fallback", limits=KeyLimits(rpm=1))
         store.close()
         with caplog.at_level(logging.WARNING, "zerogap.gateway.limits"), GatewayServer(config) as gs:
             first = await post(gs.url + "/v1/chat/completions", chat_body(), auth(key))
@@ -94,7 +95,7 @@ async def test_redis_down_falls_back_to_local_limits(tmp_path, caplog) -> None:
 def limited_key(config_path: Path) -> str:
     store = KeyStore(config_path)
     try:
-        return store.create("limited", rpm=1000)
+        return store.create("limited", limits=KeyLimits(rpm=1000))
     finally:
         store.close()
 

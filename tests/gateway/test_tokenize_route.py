@@ -9,6 +9,7 @@ import json
 import aiohttp
 
 from backends.sim.testing import run_sim_process
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import GatewayServer, auth, error_of, make_config, post
@@ -38,7 +39,7 @@ async def test_tokenize_is_guarded_like_a_completion(tmp_path) -> None:
         config = make_config(tmp_path, [], extra=extra)
         store = KeyStore(config.resolve_path(config.gateway.key_store))
         other = store.create("other", models=["elsewhere"])
-        limited = store.create("limited", rpm=2)
+        limited = store.create("limited", limits=KeyLimits(rpm=2))
         store.close()
         with GatewayServer(config) as gs:
             status, _, raw = await post(gs.url + "/tokenize", {"model": "m", "prompt": "hi"}, {})

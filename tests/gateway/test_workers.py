@@ -11,6 +11,7 @@ import aiohttp
 import psutil
 
 from common.net import free_port
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.concurrent_streams import (
@@ -75,7 +76,7 @@ def test_workers_share_one_rate_limit_budget_without_redis(tmp_path: Path) -> No
     with UpstreamServer(model="m") as up:
         config = write_config(tmp_path / "config.toml", port, up.url, {"usage_flush_interval_s": 60})
         store = KeyStore(tmp_path / "keys.db")
-        key = store.create("limited", rpm=10)
+        key = store.create("limited", limits=KeyLimits(rpm=10))
         store.close()
         with GatewayProcess(config, port, workers=2) as gw:
             start = time.monotonic()

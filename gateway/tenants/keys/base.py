@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 KEY_PREFIX = "zg-"
 RESERVED_NAMES = frozenset({"unified"})
@@ -25,6 +25,48 @@ class DuplicateKeyName(KeyStoreError):
     """A key of that name exists already."""
 
 
+def limit(maximum: int, meaning: str) -> Any:
+    """A field of KeyLimits: None (no limit) or a whole number from 1 to `maximum`."""
+    return field(default=None, metadata={"maximum": maximum, "meaning": meaning})
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    """A key's limits, one value carried whole from the store to admission, the admin API and
+    `zerogap keys`. Each field is a store column (added to an older table when the store opens), a
+    field of the admin API's JSON and a `zerogap keys create --NAME` flag, all made from the list
+    here; fields.py checks each against its bound. A new limit: its field here, and the rule that
+    applies it (gateway/tenants/limits/rule.py, and the keepers of its counts if it counts).
+
+    Bounds: rpm and tpm size float token buckets, in memory and in Redis (Lua doubles), so they stay
+    far below 2**53 for exact refills; max_concurrency: no pool serves more requests at once."""
+
+    rpm: int | None = limit(10**9, "requests per minute")
+    tpm: int | None = limit(10**12, "prompt + completion tokens per minute")
+    max_concurrency: int | None = limit(100_000, "requests of the key in flight at once")
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        return tuple(f.name for f in fields(KeyLimits))
+
+    @staticmethod
+    def maximum(name: str) -> int:
+        return int(next(f for f in fields(KeyLimits) if f.name == name).metadata["maximum"])
+
+    @staticmethod
+    def meaning(name: str) -> str:
+        return str(next(f for f in fields(KeyLimits) if f.name == name).metadata["meaning"])
+
+    def values(self) -> tuple[int | None, ...]:
+        return tuple(getattr(self, name) for name in self.names())
+
+    def as_dict(self) -> dict[str, int | None]:
+        return dict(zip(self.names(), self.values(), strict=True))
+
+
+NO_LIMITS = KeyLimits()
+
+
 @dataclass(frozen=True)
 class KeyRecord:
     """A stored key. models: None allows every model; a tuple allows exactly those names."""
@@ -32,12 +74,10 @@ class KeyRecord:
     name: str
     digest: str
     models: tuple[str, ...] | None
-    rpm: int | None
-    tpm: int | None
+    limits: KeyLimits
     created_at: float
     expires_at: float | None
     revoked_at: float | None
-    max_concurrency: int | None = None
 
     def status(self, now: float) -> str:
         if self.revoked_at is not None:
@@ -86,10 +126,8 @@ class Store(Protocol):
         self,
         name: str,
         models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
+        limits: KeyLimits = NO_LIMITS,
         expires_at: float | None = None,
-        max_concurrency: int | None = None,
     ) -> str:
         """Store a new key and return its secret (shown once, never stored). The fields are checked
         (gateway/tenants/keys/fields.py: InvalidKeyField names the bad one); models None allows every model."""

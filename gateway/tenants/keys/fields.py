@@ -6,9 +6,8 @@ Why each bound:
 - models: the allow-list is matched by exact name, so a name that is empty or holds a comma,
   whitespace or a control character can only be a mistake. The old SQLite store joined names
   with commas and `[""]` became "every model"; the list is now stored as a list and checked.
-- rpm, tpm: they size float token buckets, in memory and in Redis (Lua doubles); bounded far
-  below 2**53 so that refills and reservations stay exact.
-- max_concurrency: requests of the key in flight at once; no pool serves more than the bound.
+- the limits (rpm, tpm, max_concurrency, ...): whole numbers from 1 to each one's bound, which
+  KeyLimits (gateway/tenants/keys/base.py) gives with its reason.
 - expires_in_days: a positive, finite number of days (at most a century).
 """
 
@@ -19,16 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from common.openai_request import MAX_MODEL_CHARS
-from gateway.tenants.keys.base import KeyStoreError
+from gateway.tenants.keys.base import NO_LIMITS, KeyLimits, KeyStoreError
 
 MAX_NAME_CHARS = 64
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.@:-]+")
 MAX_MODELS = 256
-MAX_RPM = 10**9
-MAX_TPM = 10**12
-MAX_CONCURRENCY = 100_000
 MAX_EXPIRES_IN_DAYS = 36_500
-FIELDS = ("name", "models", "rpm", "tpm", "max_concurrency", "expires_in_days")
+FIELDS = ("name", "models", *KeyLimits.names(), "expires_in_days")
 
 
 class InvalidKeyField(KeyStoreError):
@@ -45,9 +41,7 @@ class KeyFields:
 
     name: str
     models: tuple[str, ...] | None = None
-    rpm: int | None = None
-    tpm: int | None = None
-    max_concurrency: int | None = None
+    limits: KeyLimits = NO_LIMITS
     expires_in_days: float | None = None
 
 
@@ -111,23 +105,20 @@ def check_days(value: object) -> float | None:
     )
 
 
+def check_limits(values: Mapping[str, object] | KeyLimits) -> KeyLimits:
+    """Each limit checked against its bound (absent: no limit), in KeyLimits's order."""
+    given = values.as_dict() if isinstance(values, KeyLimits) else values
+    return KeyLimits(**{n: check_count(n, given.get(n), KeyLimits.maximum(n)) for n in KeyLimits.names()})
+
+
 def checked(
     name: object,
     models: object = None,
-    rpm: object = None,
-    tpm: object = None,
-    max_concurrency: object = None,
+    limits: Mapping[str, object] | KeyLimits = NO_LIMITS,
     expires_in_days: object = None,
 ) -> KeyFields:
     """The fields, checked in the order a reader fills them in; InvalidKeyField at the first bad one."""
-    return KeyFields(
-        check_name(name),
-        check_models(models),
-        check_count("rpm", rpm, MAX_RPM),
-        check_count("tpm", tpm, MAX_TPM),
-        check_count("max_concurrency", max_concurrency, MAX_CONCURRENCY),
-        check_days(expires_in_days),
-    )
+    return KeyFields(check_name(name), check_models(models), check_limits(limits), check_days(expires_in_days))
 
 
 def parse_key_fields(body: Mapping[str, object]) -> KeyFields:
@@ -137,4 +128,4 @@ def parse_key_fields(body: Mapping[str, object]) -> KeyFields:
             raise InvalidKeyField(str(field)[:80], f"unknown field; the fields are {', '.join(FIELDS)}.")
     if "name" not in body:
         raise InvalidKeyField("name", 'required: give the key a name, such as "team-a".')
-    return checked(*(body.get(field) for field in FIELDS))
+    return checked(body["name"], body.get("models"), body, body.get("expires_in_days"))

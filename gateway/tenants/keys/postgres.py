@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import errors
 
-from gateway.tenants.keys.base import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
+from gateway.tenants.keys.base import NO_LIMITS, KeyLimits, KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
 from gateway.tenants.keys.fields import checked
 
 SCHEMA_VERSION = 2
@@ -55,7 +55,11 @@ CREATE TABLE zerogap_usage (
 """,
     2: "ALTER TABLE zerogap_keys ADD COLUMN IF NOT EXISTS max_concurrency BIGINT",
 }
-KEY_COLUMNS = "name, digest, models, rpm, tpm, created_at, expires_at, revoked_at, max_concurrency"
+KEY_COLUMNS = ", ".join(("name", "digest", "models", "created_at", "expires_at", "revoked_at", *KeyLimits.names()))
+# Every limit's column, made on open if missing (a limit added after the table was made): NULL is no limit.
+ADD_LIMIT_COLUMNS = "; ".join(
+    f"ALTER TABLE zerogap_keys ADD COLUMN IF NOT EXISTS {name} BIGINT" for name in KeyLimits.names()
+)
 
 BUMP = "UPDATE zerogap_meta SET v = (v::bigint + 1)::text WHERE k = 'version'"
 ADD_USAGE = (
@@ -136,6 +140,7 @@ class PostgresStore:
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 await conn.execute(MIGRATIONS[version])
                 await conn.execute("UPDATE zerogap_meta SET v = %s WHERE k = 'schema_version'", (str(version),))
+            await conn.execute(ADD_LIMIT_COLUMNS)
         return bytes.fromhex(rows["secret"])
 
     async def version(self) -> int:
@@ -152,25 +157,26 @@ class PostgresStore:
             return await cur.fetchall()
 
         rows = await self._run(work)  # models: NULL allows every model, an array exactly those
-        return [KeyRecord(r[0], r[1], tuple(r[2]) if r[2] is not None else None, *r[3:]) for r in rows]
+        return [
+            KeyRecord(r[0], r[1], tuple(r[2]) if r[2] is not None else None, KeyLimits(*r[6:]), *r[3:6]) for r in rows
+        ]
 
     async def create(
         self,
         name: str,
         models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
+        limits: KeyLimits = NO_LIMITS,
         expires_at: float | None = None,
-        max_concurrency: int | None = None,
     ) -> str:
-        fields = checked(name, models, rpm, tpm, max_concurrency)
+        fields = checked(name, models, limits)
         key = new_key(name)
         listed = list(fields.models) if fields.models is not None else None
-        row = (name, self.digest(key), listed, rpm, tpm, time.time(), expires_at, None, max_concurrency)
+        row = (name, self.digest(key), listed, time.time(), expires_at, None, *fields.limits.values())
 
         async def work(conn: psycopg.AsyncConnection[Any]) -> None:
             async with conn.transaction():
-                await conn.execute(f"INSERT INTO zerogap_keys ({KEY_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})", row)
+                marks = ", ".join(["%s"] * len(row))
+                await conn.execute(f"INSERT INTO zerogap_keys ({KEY_COLUMNS}) VALUES ({marks})", row)
                 await conn.execute(BUMP)
 
         try:

@@ -19,12 +19,12 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from gateway.tenants.keys.base import KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
+from gateway.tenants.keys.base import NO_LIMITS, KeyLimits, KeyRecord, KeyStoreError, UsageRow, duplicate, new_key
 from gateway.tenants.keys.fields import checked
 from gateway.tenants.keys.sqlite_schema import connect
 
 log = logging.getLogger("zerogap.gateway.keys.sqlite")
-KEY_COLUMNS = "name, digest, models, rpm, tpm, created_at, expires_at, revoked_at, max_concurrency"
+KEY_COLUMNS = ", ".join(("name", "digest", "models", "created_at", "expires_at", "revoked_at", *KeyLimits.names()))
 
 __all__ = ["KeyRecord", "KeyStore", "KeyStoreError", "SqliteStore", "UsageRow"]
 
@@ -67,20 +67,18 @@ class KeyStore:
         self,
         name: str,
         models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
+        limits: KeyLimits = NO_LIMITS,
         expires_at: float | None = None,
-        max_concurrency: int | None = None,
     ) -> str:
         """Store a new key and return its secret (shown once, never stored); the fields are checked first."""
-        fields = checked(name, models, rpm, tpm, max_concurrency)
+        fields = checked(name, models, limits)
         key = new_key(name)
         listed = json.dumps(fields.models) if fields.models is not None else None
-        row = (name, self.digest(key), listed, rpm, tpm, time.time(), expires_at, None, max_concurrency)
+        row = (name, self.digest(key), listed, time.time(), expires_at, None, *fields.limits.values())
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute(f"INSERT INTO keys ({KEY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", row)
+                self._db.execute(f"INSERT INTO keys ({KEY_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
                 self._bump()
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
@@ -101,7 +99,7 @@ class KeyStore:
     def keys(self) -> list[KeyRecord]:
         with self._lock:
             rows = self._db.execute(f"SELECT {KEY_COLUMNS} FROM keys ORDER BY name").fetchall()
-        return [KeyRecord(r[0], r[1], _models(r[0], r[2]), *r[3:]) for r in rows]
+        return [KeyRecord(r[0], r[1], _models(r[0], r[2]), KeyLimits(*r[6:]), *r[3:6]) for r in rows]
 
     def add_usage(self, rows: Iterable[UsageRow]) -> None:
         now = time.time()
@@ -170,12 +168,10 @@ class SqliteStore:
         self,
         name: str,
         models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
+        limits: KeyLimits = NO_LIMITS,
         expires_at: float | None = None,
-        max_concurrency: int | None = None,
     ) -> str:
-        return await asyncio.to_thread(self.sync.create, name, models, rpm, tpm, expires_at, max_concurrency)
+        return await asyncio.to_thread(self.sync.create, name, models, limits, expires_at)
 
     async def revoke(self, name: str) -> bool:
         return await asyncio.to_thread(self.sync.revoke, name)

@@ -25,7 +25,7 @@ import stat
 import time
 from pathlib import Path
 
-from gateway.tenants.keys.base import KeyStoreError
+from gateway.tenants.keys.base import KeyLimits, KeyStoreError
 
 log = logging.getLogger("zerogap.gateway.keys.sqlite")
 
@@ -38,13 +38,12 @@ TABLES = (
     name TEXT PRIMARY KEY,
     digest TEXT NOT NULL UNIQUE,
     models TEXT,
-    rpm INTEGER,
-    tpm INTEGER,
     created_at REAL NOT NULL,
     expires_at REAL,
     revoked_at REAL,
-    max_concurrency INTEGER
-)""",
+    """
+    + ",\n    ".join(f"{name} INTEGER" for name in KeyLimits.names())
+    + "\n)",
     """CREATE TABLE IF NOT EXISTS usage (
     key_name TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -87,6 +86,8 @@ def connect(path: Path) -> sqlite3.Connection:
         _write_ahead_log(db)
         if _user_version(db) != SCHEMA_VERSION:
             _upgrade(db, path)
+        if _limit_columns_missing(db):
+            _add_limit_columns(db)
         return db
     except BaseException:
         db.close()
@@ -142,15 +143,41 @@ def _upgrade(db: sqlite3.Connection, path: Path) -> None:
         raise
 
 
+def _limit_columns_missing(db: sqlite3.Connection) -> list[str]:
+    """KeyLimits's fields the keys table has no column for (a file from before a limit was added)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(keys)")}
+    return [name for name in KeyLimits.names() if name not in columns]
+
+
+def _add_limit_columns(db: sqlite3.Connection) -> None:
+    """One column per new limit (NULL: no limit for the keys already there), under the write lock;
+    the change counter bumped once, so that every gateway reloads the keys."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if _add_missing_limit_columns(db):  # read again: another process may have added them
+            db.execute("UPDATE meta SET v = CAST(v AS INTEGER) + 1 WHERE k='version'")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _add_missing_limit_columns(db: sqlite3.Connection) -> bool:
+    """Inside the caller's transaction: add the missing limits' columns; True if any was."""
+    missing = _limit_columns_missing(db)
+    for name in missing:
+        db.execute(f"ALTER TABLE keys ADD COLUMN {name} INTEGER")
+    return bool(missing)
+
+
 def _table_exists(db: sqlite3.Connection, name: str) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
 
 
 def _upgrade_from_0(db: sqlite3.Connection) -> None:
-    """Add max_concurrency; turn comma-joined allow-lists into JSON lists, keeping what each meant."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(keys)")}
-    if "max_concurrency" not in columns:
-        db.execute("ALTER TABLE keys ADD COLUMN max_concurrency INTEGER")
+    """Add the limits' columns the old table lacks (max_concurrency); turn comma-joined allow-lists
+    into JSON lists, keeping what each meant."""
+    _add_missing_limit_columns(db)
     for name, joined in db.execute("SELECT name, models FROM keys WHERE models IS NOT NULL").fetchall():
         if joined == "":
             log.warning("key %r had the allow-list [\"\"], which granted every model; it now grants none. "

@@ -50,4 +50,4 @@ class Limiter(Protocol):
 
 
 def limited_at_head(who: Principal) -> bool:
-    return who.rpm is not None or who.max_concurrency is not None
+    return who.limits.rpm is not None or who.limits.max_concurrency is not None

@@ -32,8 +32,8 @@ class MemoryLimiter:
 
     def take_head(self, who: Principal) -> Slot | None:
         now = time.monotonic()
-        rpm = _bucket(self._rpm, who.name, who.rpm, now)
-        capped = who.max_concurrency is not None
+        rpm = _bucket(self._rpm, who.name, who.limits.rpm, now)
+        capped = who.limits.max_concurrency is not None
         head_rule(who, rpm, self._held.get(who.name, 0) if capped else 0)
         if rpm is not None:
             rpm.level -= 1
@@ -43,7 +43,7 @@ class MemoryLimiter:
         return new_slot(who.name, "mem", local=True)
 
     def take_tokens(self, who: Principal, estimate: int, budget_tokens: int) -> None:
-        tpm = _bucket(self._tpm, who.name, who.tpm, time.monotonic())
+        tpm = _bucket(self._tpm, who.name, who.limits.tpm, time.monotonic())
         if tpm is None:
             return
         estimate = clamp(estimate)
@@ -52,7 +52,7 @@ class MemoryLimiter:
 
     def settle(self, who: Principal, estimate: int, actual: int) -> None:
         bucket = self._tpm.get(who.name)
-        if bucket is not None and who.tpm is not None:
+        if bucket is not None and who.limits.tpm is not None:
             bucket.level = settled_level(bucket, estimate, actual)
 
     def release(self, slot: Slot) -> None:

@@ -105,7 +105,7 @@ class RedisLimiter:
         return self._down and time.monotonic() < self._down_until_s
 
     async def admit(self, who: Principal) -> Slot | None:
-        rpm, cap = cap_of(who.rpm), cap_of(who.max_concurrency)
+        rpm, cap = cap_of(who.limits.rpm), cap_of(who.limits.max_concurrency)
         if not self._skip():
             slot = self.leases.new(who.name) if cap is not None else None
             keys = [self._key(who.name, "rpm"), self._key(who.name, "slots")]
@@ -145,7 +145,7 @@ class RedisLimiter:
         self._local.take_tokens(who, estimate, budget_tokens)
 
     def settle(self, who: Principal, estimate: int, actual: int) -> None:
-        tpm = cap_of(who.tpm)
+        tpm = cap_of(who.limits.tpm)
         delta = clamp(estimate) - clamp(actual)
         if tpm is None or delta == 0:
             return

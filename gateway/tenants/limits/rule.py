@@ -84,17 +84,17 @@ def exceeds_tpm(tpm: int, estimate: int, budget_tokens: int) -> ApiError:
 
 def head_rule(who: Principal, rpm: Bucket | None, num_held: int) -> None:
     """At the headers: raise the 429 that applies, if any (nothing is taken here)."""
-    cap = cap_of(who.max_concurrency)
+    cap = cap_of(who.limits.max_concurrency)
     if cap is not None and num_held >= cap:
         raise concurrency_limited(cap)
-    limit = cap_of(who.rpm)
+    limit = cap_of(who.limits.rpm)
     if rpm is not None and limit is not None and rpm.level < 1:
         raise limited("requests", limit, rpm.seconds_until(1))
 
 
 def check_fits(who: Principal, estimate: int, budget_tokens: int) -> int | None:
     """The key's tpm (None: no limit), after checking that the estimate fits in it at all (else 400)."""
-    limit = cap_of(who.tpm)
+    limit = cap_of(who.limits.tpm)
     if limit is not None and estimate > limit:
         raise exceeds_tpm(limit, estimate, budget_tokens)
     return limit

@@ -85,8 +85,8 @@ class SqliteLimiter:
 
     def _take_head(self, who: Principal) -> Slot | None:
         now = time.monotonic()
-        rpm = self._load(f"{who.name}:rpm", who.rpm, now)
-        capped = who.max_concurrency is not None
+        rpm = self._load(f"{who.name}:rpm", who.limits.rpm, now)
+        capped = who.limits.max_concurrency is not None
         if capped:
             self._db.execute("DELETE FROM leases WHERE k = ? AND expires <= ?", (who.name, now))
         head_rule(who, rpm, self.num_held(who.name) if capped else 0)
@@ -107,7 +107,7 @@ class SqliteLimiter:
         self._locked(lambda: self._take_tokens(who, clamp(estimate), budget_tokens))
 
     def _take_tokens(self, who: Principal, estimate: int, budget_tokens: int) -> None:
-        tpm = self._load(f"{who.name}:tpm", who.tpm, time.monotonic())
+        tpm = self._load(f"{who.name}:tpm", who.limits.tpm, time.monotonic())
         if tpm is None:
             return
         tpm_rule(who, tpm, estimate, budget_tokens)
@@ -115,10 +115,10 @@ class SqliteLimiter:
         self._store(f"{who.name}:tpm", tpm)
 
     def settle(self, who: Principal, estimate: int, actual: int) -> None:
-        if who.tpm is None or estimate == actual:
+        if who.limits.tpm is None or estimate == actual:
             return
         with self._transaction():
-            bucket = self._load(f"{who.name}:tpm", who.tpm, time.monotonic())
+            bucket = self._load(f"{who.name}:tpm", who.limits.tpm, time.monotonic())
             if bucket is not None:
                 bucket.level = settled_level(bucket, estimate, actual)
                 self._store(f"{who.name}:tpm", bucket)
