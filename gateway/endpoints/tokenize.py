@@ -12,7 +12,9 @@ answer is returned as it is.
 
 It is counted as a completion is: zerogap_requests_total and zerogap_request_duration_seconds
 (model, backend, key, status), and one request with 0 tokens in the key's usage (/admin/usage)
-once a backend answered."""
+once a backend answered. And told as one: `x-request-id` and `x-zerogap-overhead-ms` on every
+answer, the request id and the trace context sent to the backend, a request log line and spans
+(gateway/observe/tokenize_story.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import time
 
 from gateway.endpoints.request import model_of
 from gateway.gateway import Gateway
+from gateway.observe.tokenize_story import TokenizeCall
 from gateway.pool.model_pool import Backend, ModelPool
 from gateway.server.asgi import ClientGone, Receive, Scope, Send, read_body, send_bytes
 from gateway.server.errors import ApiError
@@ -39,21 +42,26 @@ def _backend(pool: ModelPool, model: str) -> Backend:
     return backend
 
 
-async def _forward(gw: Gateway, backend: Backend, path: str, body: dict[str, object]) -> tuple[int, bytes, bytes]:
+async def _forward(
+    gw: Gateway, backend: Backend, path: str, body: dict[str, object], call: TokenizeCall
+) -> tuple[int, bytes, bytes]:
     """The backend's answer: (status, body, content type)."""
     if backend.upstream_model:
         body = {**body, "model": backend.upstream_model}
     headers = {"Content-Type": "application/json"}
     if backend.api_key:
         headers["Authorization"] = f"Bearer {backend.api_key}"
+    encoded = json.dumps(body).encode()
+    call.upstream_headers(headers)
     try:
-        resp = await gw.client.post(backend.url + path, json.dumps(body).encode(), headers)
+        resp = await gw.client.post(backend.url + path, encoded, headers)
         try:
             data = await resp.read_all()
         except BaseException:
             resp.close()
             raise
         resp.release()
+        call.answered_s = time.monotonic()
     except UpstreamError as exc:
         raise ApiError(502, f"The backend for this model {exc.failure}. Retry.", "server_error",
                        code="upstream_error") from None  # fmt: skip
@@ -72,34 +80,43 @@ class Tokenize:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrived_s = time.monotonic()
         gw: Gateway = scope["app"].state.gateway
-        admission = Admission()
+        admission = Admission(arrived_s)
+        gw.observer.begin(scope, admission.marks)
+        call = TokenizeCall(admission.marks, self.upstream_path)
         try:
             try:
-                status, data, content_type = await self._answer(gw, scope, receive, admission)
+                status, data, content_type = await self._answer(gw, scope, receive, admission, call)
             except ApiError as exc:
                 if admission.backend != "none":  # a backend was asked: its time is counted too
                     self._observe(gw, admission, exc.status, arrived_s)
-                await refuse(gw, scope, send, exc, admission)
+                call.status, call.error = exc.status, exc.code or str(exc.status)
+                await refuse(gw, scope, send, exc, admission, call.waited_s())
                 return
             except ClientGone:
+                call.status, call.error = 499, "client_gone"
                 return
             gw.metrics.requests.labels(admission.model, admission.backend, admission.key, str(status)).inc()
             self._observe(gw, admission, status, arrived_s)
-            await send_bytes(send, status, data, content_type=content_type)
+            call.status, call.error = status, None if status == 200 else f"upstream_{status}"
+            await send_bytes(send, status, data, call.answer_headers(), content_type)
         finally:
             admission.release(gw)
+            call.key, call.model, call.backend = admission.key, admission.model, admission.backend
+            gw.observer.tokenized(scope, call)
 
     async def _answer(
-        self, gw: Gateway, scope: Scope, receive: Receive, admission: Admission
+        self, gw: Gateway, scope: Scope, receive: Receive, admission: Admission, call: TokenizeCall
     ) -> tuple[int, bytes, bytes]:
         who = await admit_head(gw, scope, admission)
         raw = await read_body(receive, scope, gw.config.gateway.max_body_bytes)
         admission.body_read = True
         body = decode_object(raw)
         model = model_of(body)
+        admission.marks.body_s = time.monotonic()
         backend = _backend(admit_model(gw, who, model, admission), model)
+        admission.marks.done_s = time.monotonic()
         admission.backend = backend.name
-        answer = await _forward(gw, backend, self.upstream_path, body)
+        answer = await _forward(gw, backend, self.upstream_path, body, call)
         gw.usage.record(who.name, model, 0, 0)  # a request, no tokens
         return answer
 

@@ -17,6 +17,7 @@ from gateway.server.asgi import Scope, client_host
 if TYPE_CHECKING:
     from common.config import Config
     from gateway.observe.request_log import RequestLog
+    from gateway.observe.tokenize_story import TokenizeCall
     from gateway.observe.tracing import Tracing
     from gateway.relay.exchange import Exchange
     from gateway.server.errors import ApiError
@@ -100,6 +101,23 @@ class Observer:
                 self.tracing.record(trace.trace_id, trace.tracestate, spans)
         except Exception:
             log.exception("could not record request %s", marks.request_id)
+
+    def tokenized(self, scope: Scope, call: TokenizeCall) -> None:
+        """A /tokenize or /detokenize request is over: answered, refused or failed."""
+        if not self.active:
+            return
+        from gateway.observe.tokenize_story import tokenize_line, tokenize_spans
+
+        end_s = time.monotonic()
+        client = client_host(scope)
+        try:
+            if self.log is not None:
+                self.log.write(tokenize_line(call, client, end_s))
+            trace = call.marks.trace
+            if self.tracing is not None and trace is not None and trace.sampled:
+                self.tracing.record(trace.trace_id, trace.tracestate, tokenize_spans(call, client, end_s))
+        except Exception:
+            log.exception("could not record request %s", call.marks.request_id)
 
 
 def _wall(monotonic_s: float, end_s: float) -> float:

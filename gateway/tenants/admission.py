@@ -115,16 +115,21 @@ async def limit(gw: Gateway, who: Principal, model: str, check: Awaitable[T]) ->
         raise
 
 
-async def refuse(gw: Gateway, scope: Scope, send: Send, exc: ApiError, admission: Admission) -> None:
-    """Count, log (debug) and answer a refused request."""
+async def refuse(
+    gw: Gateway, scope: Scope, send: Send, exc: ApiError, admission: Admission, waited_s: float = 0.0
+) -> None:
+    """Count, log (debug) and answer a refused request; `waited_s`: the time it waited on a backend
+    (/tokenize's answered with an error), not the gateway's own."""
     a = admission
     gw.metrics.requests.labels(a.model, a.backend, a.key, str(exc.status)).inc()
     log.debug("refused %s model=%s key=%s: %s %s", scope["path"], a.model, a.key, exc.status, exc)
     if not a.body_read and unbounded_body(scope, gw.config.gateway.max_body_bytes):
         exc.headers = {**exc.headers, "Connection": "close"}
     marks = a.marks
-    if marks.request_id:  # the completion endpoints: the id, and the gateway's time (all of it was)
-        marks.done_s = now = time.monotonic()
-        overhead = f"{1000.0 * (now - marks.t0_s):.3f}"
+    if marks.request_id:  # the id, and the gateway's time (all of it was, but a backend's wait)
+        now = time.monotonic()
+        if marks.done_s is None:  # refused at its admission
+            marks.done_s = now
+        overhead = f"{1000.0 * (now - marks.t0_s - waited_s):.3f}"
         exc.headers = {**exc.headers, "x-request-id": marks.request_id, "x-zerogap-overhead-ms": overhead}
     await send_error(send, exc)
