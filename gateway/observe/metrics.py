@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from gateway.observe.settled import FLUSH_AT, SettledMetrics
 from gateway.pool.flights import CAUSES as EJECTION_CAUSES
 from gateway.pool.flights import Cause
 from gateway.pool.model_pool import Backend, Router
@@ -252,6 +253,8 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        # each relayed request's requests, duration, ttft, tpot and tokens, applied in batches (settled.py)
+        self.settled = SettledMetrics(self, 1 if multiprocess_dir else FLUSH_AT)
 
     def start_at_zero(self, router: Router) -> None:
         """Each backend's retry and connect-error series exist from the start at 0, so that
@@ -280,6 +283,7 @@ class GatewayMetrics:
         self.tasks.set(len(asyncio.all_tasks()))
 
     def render(self, router: Router) -> bytes:
+        self.settled.flush()
         self.set_backend_gauges(router)
         if self.multiprocess_dir is None:
             return generate_latest(self.registry)

@@ -88,21 +88,20 @@ def settle(exchange: Exchange, m: GatewayMetrics, limiter: Limiter, usage: Usage
     The prompt and completion tokens charged (the request log's)."""
     call, who, backend = exchange.call, exchange.who, exchange.backend
     status = str(exchange.status)
-    m.requests.labels(call.model, backend, who.name, status).inc()
     now = time.monotonic()
-    m.duration.labels(call.model, backend, status).observe(now - exchange.t0_s)
     charge = exchange.charge
     if charge is None and exchange.status == 499 and backend != "none":  # gone before the answer came
         charge = abandoned(call)
     prompt, completion = (charge.prompt_tokens, charge.completion_tokens) if charge is not None else (0, 0)
     first_s, last_s = exchange.first_s, exchange.last_s
+    ttft_s = tpot_s = None
     if call.stream and first_s is not None:
-        m.ttft.labels(call.model, backend).observe(first_s - exchange.t0_s)
+        ttft_s = first_s - exchange.t0_s
         if completion > 1 and last_s is not None:
-            m.tpot.labels(call.model, backend).observe((last_s - first_s) / (completion - 1))
+            tpot_s = (last_s - first_s) / (completion - 1)
+    # requests, duration, ttft, tpot, tokens: applied in batches (gateway/observe/settled.py)
+    m.settled.add((call.model, backend, who.name, status, now - exchange.t0_s, ttft_s, tpot_s, prompt, completion))
     if prompt or completion:
-        m.tokens.labels(call.model, who.name, "prompt").inc(prompt)
-        m.tokens.labels(call.model, who.name, "completion").inc(completion)
         usage.record(who.name, call.model, prompt, completion)
     if who.limits.tpm is not None:
         limiter.settle(who, exchange.estimate, prompt + completion)
