@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.fixtures.otlp import OtlpReceiver, Span
+from tests.fixtures.otlp import OtlpReceiver, Span, SpanStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.helpers import UNIFIED, GatewayServer, auth, chat_body, events, make_config
 from tests.gateway.helpers import post as post_any
@@ -36,7 +36,7 @@ def traced(tmp_path: Path, backends: list[tuple[str, str, str]], otlp: OtlpRecei
     return GatewayServer(make_config(tmp_path, backends, gateway=gateway, extra=extra, admin_key=ADMIN))
 
 
-async def flushed(gs: GatewayServer, otlp: OtlpReceiver, trace_id: str, num_spans: int) -> list[Span]:
+async def flushed(gs: GatewayServer, otlp: SpanStore, trace_id: str, num_spans: int) -> list[Span]:
     tracing = gs.gw.observer.tracing
     assert tracing is not None
     await asyncio.to_thread(tracing.flush)
