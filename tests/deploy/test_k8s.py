@@ -8,11 +8,12 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_validate import utils as kv  # type: ignore[import-untyped]
 
 from loadtest import parse_settings
 from tests.deploy.flags import flag_map, launcher_flags
-from tests.deploy.k8s_docs import container, documents, find, gateway_config
+from tests.deploy.k8s_docs import container, documents, find, gateway_config, service_target
 from tests.deploy.paths import K8S, load_yaml
 from tests.deploy.secrets import SECRETS
 
@@ -122,3 +123,19 @@ def test_gateway_replicas_share_keys_in_postgres_and_serve_with_workers() -> Non
     db_env = {e["name"]: e for e in container(database)["env"]}
     assert db_env["POSTGRES_USER"]["value"] == "zerogap" and db_env["POSTGRES_DB"]["value"] == "zerogap"
     assert db_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "POSTGRES_PASSWORD"
+
+
+def test_the_collector_exports_to_the_stacks_trace_store() -> None:
+    """The gateway's and vLLM's spans reach the collector, which sends them on to Jaeger in the stack
+    (its OTLP/gRPC port, the one its pod listens on), not only to its own log."""
+    assert gateway_config().observability.otlp_endpoint == "http://otel-collector.zerogap.svc:4318"
+    pipeline = yaml.safe_load(find("ConfigMap", "otel-collector-config")["data"]["config.yaml"])
+    traces = pipeline["service"]["pipelines"]["traces"]
+    assert traces["receivers"] == ["otlp"] and "debug" not in traces["exporters"]
+    (exporter,) = traces["exporters"]
+    assert exporter.startswith("otlp") and pipeline["exporters"][exporter]["tls"] == {"insecure": True}
+    host, port = pipeline["exporters"][exporter]["endpoint"].rsplit(":", 1)
+    assert service_target(host, int(port)) == ("jaeger", 4317)
+    jaeger = container(find("Deployment", "jaeger"))
+    assert "receivers.otlp.protocols.grpc.endpoint=0.0.0.0:4317" in jaeger["args"], "OTLP on the pod's address"
+    assert {p["name"]: p["containerPort"] for p in jaeger["ports"]} == {"otlp-grpc": 4317, "ui": 16686}

@@ -47,6 +47,7 @@ EXPECTED: dict[str, Admitted | None] = {
     "prometheus": {9090: {"locust-master"}},
     "locust-master": {5557: {"locust-worker"}, 9646: {"prometheus"}},
     "otel-collector": {4317: {"zerogap-gateway", "vllm"}, 4318: {"zerogap-gateway", "vllm"}},
+    "jaeger": {4317: {"otel-collector"}},  # its UI: kubectl port-forward
     "zerogap-gateway": None,  # the way in
     "locust-worker": None,  # listens on nothing
 }
@@ -177,6 +178,7 @@ def connections() -> list[tuple[str, str]]:
     out += [("zerogap-gateway", config.observability.otlp_endpoint)]
     vllm_args = container(find("StatefulSet", "vllm"))["args"]
     out += [("vllm", a.split("=", 1)[1]) for a in vllm_args if a.startswith("--otlp-traces-endpoint=")]
+    out += [("otel-collector", f"http://{endpoint}") for endpoint in collector_exports()]
     for job in prometheus_config()["scrape_configs"]:
         for group in job.get("static_configs", []):
             out += [("prometheus", f"http://{t}") for t in group["targets"]]
@@ -189,6 +191,12 @@ def connections() -> list[tuple[str, str]]:
     out += [("locust-master", settings.metrics.gpu_util.prometheus_url)]
     out += [("locust-worker", f"tcp://locust-master.{NAMESPACE}.svc:5557")]
     return out
+
+
+def collector_exports() -> list[str]:
+    """host:port of each exporter in the collector's traces pipeline."""
+    pipeline = yaml.safe_load(find("ConfigMap", "otel-collector-config")["data"]["config.yaml"])
+    return [pipeline["exporters"][name]["endpoint"] for name in pipeline["service"]["pipelines"]["traces"]["exporters"]]
 
 
 def blocked(docs: list[dict[str, Any]] | None = None) -> list[str]:
@@ -214,6 +222,9 @@ def test_policy_checks_can_fail() -> None:
     (vllm,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "vllm-ingress"]
     vllm["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] = "gateway"
     assert "zerogap-gateway -> http://vllm-0.vllm.zerogap.svc:8000" in blocked(docs)
+    (jaeger,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "jaeger-ingress"]
+    jaeger["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] = "vllm"
+    assert "otel-collector -> http://jaeger.zerogap.svc:4317" in blocked(docs)
     docs = [d for d in docs if d["metadata"]["name"] != "redis-ingress"]
     assert admitted("redis", docs) is None, "no policy: anyone may connect"
     vllm["spec"]["ingress"][0]["from"].append({"namespaceSelector": {}})
