@@ -17,7 +17,7 @@ import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from gateway.relay.chunk_writer import ChunkWriter, chunk_writer
+from gateway.relay.chunk_writer import ChunkWriter, HeadWriter, chunk_writer, head_writer
 from gateway.relay.idle import FirstByteWait, IdleWatch
 from gateway.relay.sse import SseFilter
 from gateway.server.asgi import Message, Send
@@ -65,8 +65,8 @@ class Pipe:
     `first_byte.expired` whether the wait for it ran out (or the gateway ended it)."""
 
     __slots__ = (
-        "_backlog", "_deadline_s", "_error", "_flusher", "_message", "_send", "_write", "exchange", "filt",
-        "first_byte", "flight", "relayed", "resp", "watch",
+        "_backlog", "_deadline_s", "_error", "_flusher", "_message", "_send", "_write", "_write_head", "exchange",
+        "filt", "first_byte", "flight", "relayed", "resp", "watch",
     )  # fmt: skip
 
     def __init__(
@@ -89,6 +89,7 @@ class Pipe:
         self._error: BaseException | None = None  # what broke the stream (UpstreamError, or from send)
         self._send: Send | None = None
         self._write: ChunkWriter | None = None  # straight to the socket when send would do only that
+        self._write_head: HeadWriter | None = None  # the head and the first chunk in one write, likewise
         self._message: Message = {"type": "http.response.body", "body": b"", "more_body": True}
         self._backlog: list[bytes] | None = None  # chunks behind a send that waits (None: none waits)
         self._flusher: asyncio.Task[None] | None = None
@@ -98,6 +99,7 @@ class Pipe:
         UpstreamError from the backend, or what sending to the client raised)."""
         self._send = send
         self._write = chunk_writer(send)
+        self._write_head = head_writer(send)
         self.first_byte = FirstByteWait(self._deadline_s, self.resp.close)
         self.flight.waiting_for_first_byte(self.first_byte)
         try:
@@ -150,6 +152,8 @@ class Pipe:
         if not exchange.start_stream():
             return False
         head = exchange.stream_headers(self.watch.last_s)  # x-zerogap-overhead-ms: known now, sent with the bytes
+        if self._write_head is not None and self._write_head(head, data):
+            return True
         return self._step({"type": "http.response.start", "status": 200, "headers": head}, [data])
 
     def _step(self, message: Message, then: list[bytes]) -> bool:
