@@ -42,7 +42,8 @@ class Completions:
                 await refuse(gw, scope, send, exc, admission)
                 gw.observer.refused(scope, admission.marks, admission.key, admission.model, exc, self.path)
                 return
-            except ClientGone:
+            except ClientGone:  # before its body was all here: its request log line says so
+                gw.observer.refused(scope, admission.marks, admission.key, admission.model, GONE, self.path)
                 return
             exchange.t0_s = arrived_s
             gw.observer.admitted(scope, admission.marks, exchange)
@@ -69,6 +70,7 @@ class Completions:
         return Exchange(who, call, estimate), pool
 
 
+GONE = ApiError(499, "The client went away before its request was read.", code="client_gone")
 NO_CONTINUE = (b"off", b"false", b"0", b"no")  # X-Zerogap-Continue: a client that would rather see the break
 
 

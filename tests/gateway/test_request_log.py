@@ -146,3 +146,26 @@ async def test_the_overhead_of_a_head_a_keepalive_sent_is_the_time_before_it_lef
     assert status == 200 and raw.startswith(b": keep-alive")  # the head went with the first keep-alive
     overhead_ms = float({k.lower(): v for k, v in headers.items()}["x-zerogap-overhead-ms"])
     assert 0 <= overhead_ms < 150  # not the 200 ms the keep-alive waited, nor the upstream's second
+
+
+async def test_a_client_gone_before_its_body_came_is_a_line_too(tmp_path) -> None:
+    log = tmp_path / "requests.jsonl"
+    with UpstreamServer(Behavior(), model="m") as up, logged_gateway(tmp_path, up.url, str(log)) as gs:
+        host, port = gs.url.removeprefix("http://").split(":")
+        for path in ("/v1/chat/completions", "/tokenize"):
+            _, writer = await asyncio.open_connection(host, int(port))
+            head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {auth()['Authorization'][7:]}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: 1000\r\nx-request-id: gone-{path[-8:]}\r\n\r\n")  # fmt: skip
+            writer.write(head.encode() + b'{"model": "m", ')  # a part of the body, then the client goes
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.close()
+            await writer.wait_closed()
+        assert await wait_until(lambda: log.exists() and len(log.read_text().splitlines()) == 2)
+        assert up.requests == [] and up.state.num_tokenize == 0
+    got = {line["request_id"]: line for line in lines(log)}
+    assert all(set(line) == FIELDS for line in got.values())
+    for request_id, path in (("gone-pletions", "/v1/chat/completions"), ("gone-tokenize", "/tokenize")):
+        line = got[request_id]
+        assert (line["status"], line["error"], line["engine"], line["path"]) == (499, "client_gone", "none", path)
+        assert (line["key"], line["prompt_tokens"], line["completion_tokens"]) == ("unified", 0, 0)
