@@ -3,8 +3,10 @@ closes the upstream request), and a stream that waits for its answer gets an SSE
 keepalive_interval_s, so that proxies and clients on the way do not time it out.
 
 On uvicorn's httptools protocol (the gateway's server) both come from callbacks, with no task per
-request: uvicorn tells a request's cycle of a lost connection by setting `disconnected` and then
-its message event, so the cycle's event is swapped for one that also calls back (`_GoneEvent`);
+request: the gateway's own protocol (gateway/server/http_limits.py) calls the cycle's `on_gone` when
+it marks the cycle disconnected; on uvicorn's plain protocol, which tells a request's cycle of a lost
+connection by setting `disconnected` and then its message event, the cycle's event is swapped for
+one that also calls back (`_GoneEvent`);
 the keep-alive is a timer, and only a keep-alive that is due starts a task to send it. A task
 per request that waited on `receive()` cost ~6 % of the gateway's CPU per request
 (bench/PERF_NOTES.md). On any other ASGI server: that task, as ASGI has it.
@@ -73,7 +75,8 @@ class ClientSide:
     """Watches the client of one relayed request, from `start` (the relay's task is running) to `stop`."""
 
     __slots__ = (
-        "_event", "_sending", "_task", "_timer", "_watch", "exchange", "finished", "gone", "interval_s", "send",
+        "_cycle", "_event", "_sending", "_task", "_timer", "_watch", "exchange", "finished", "gone", "interval_s",
+        "send",
     )  # fmt: skip
 
     def __init__(self, exchange: Exchange, send: Send, interval_s: float) -> None:
@@ -84,6 +87,7 @@ class ClientSide:
         self.gone = False  # the client went away and the relay was stopped for it
         self._task: asyncio.Task[Any] | None = None  # the relay's
         self._event: _GoneEvent | None = None
+        self._cycle: Any = None  # the cycle whose on_gone is ours (the gateway's own protocol)
         self._timer: asyncio.TimerHandle | None = None
         self._sending: asyncio.Future[None] | None = None  # a keep-alive on its way
         self._watch: asyncio.Future[None] | None = None  # the task of a server that is not uvicorn's
@@ -95,11 +99,18 @@ class ClientSide:
             self._watch = asyncio.ensure_future(self._watch_receive(receive))
             return
         cycle.flow.resume_reading()  # as receive() would: a client that hangs up is seen only while reading
-        self._event = cycle.message_event = _GoneEvent(cycle, self._gone)
-        if cycle.disconnected:  # gone already, before the hook
-            self._event.unhook()
-            self._gone()
-            return
+        if hasattr(cycle, "on_gone"):  # the gateway's protocol calls it (http_refusals.tell_gone): no event swapped
+            if cycle.disconnected:
+                self._gone()
+                return
+            self._cycle = cycle
+            cycle.on_gone = self._gone
+        else:
+            self._event = cycle.message_event = _GoneEvent(cycle, self._gone)
+            if cycle.disconnected:  # gone already, before the hook
+                self._event.unhook()
+                self._gone()
+                return
         if self.exchange.call.stream:
             delay_s = self.exchange.t0_s + self.interval_s - time.monotonic()
             self._timer = asyncio.get_running_loop().call_later(max(delay_s, 0.0), self._keepalive_due)
@@ -108,6 +119,8 @@ class ClientSide:
         self.finished = True
         if self._event is not None:
             self._event.unhook()
+        if self._cycle is not None:
+            self._cycle.on_gone = self._cycle = None
         if self._timer is not None:
             self._timer.cancel()
         for future in (self._sending, self._watch):

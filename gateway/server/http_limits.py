@@ -45,6 +45,7 @@ from gateway.server.http_refusals import (
     Refused,
     RefusingProtocol,
     headers_too_large,
+    tell_gone,
     too_many_connections,
     too_many_connections_per_client,
 )
@@ -112,6 +113,8 @@ class LimitedHttpProtocol(RefusingProtocol):
             self._counted = False
             self.counts.closed(self._group)
         super().connection_lost(exc)
+        if self.cycle is not None:
+            tell_gone(self.cycle)
 
     def shutdown(self) -> None:
         self._shutting_down = True  # a keep-alive held off is not given back (see on_message_complete)
@@ -188,6 +191,7 @@ class LimitedHttpProtocol(RefusingProtocol):
         """A POST to a completion endpoint, from the parser: started at the end of this read, in this
         callback, instead of a task's first step in a later iteration of the loop (a hop, behind
         every other ready callback); its body is then in hand if it came in this read."""
+        cycle.on_gone = None  # a relay's client side may set it: told when the client goes (tell_gone)
         if self._feeding and cycle.scope["method"] == "POST" and cycle.scope["path"] in self._inline_paths(app):
             self._inline = (cycle, app)
             return

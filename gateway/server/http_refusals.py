@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from asyncio import TimerHandle
 from collections.abc import Callable, Iterable
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -102,6 +102,15 @@ def answer_app(error: ApiError) -> ASGIApp:
         await send_error(send, error)
 
     return answer
+
+
+def tell_gone(cycle: Any) -> None:
+    """A cycle just marked disconnected: its relay's client side, if one watches it (client_side.py),
+    is told at once."""
+    gone = getattr(cycle, "on_gone", None)
+    if gone is not None and cycle.disconnected:
+        cycle.on_gone = None
+        gone()
 
 
 class Refused(Exception):
@@ -224,4 +233,5 @@ class RefusingProtocol(HttpToolsProtocol):
         self.transport.write(self._answer_bytes(body_timeout(self.limits)))
         cycle.disconnected = True  # its sends are dropped from now, before the connection is lost
         cycle.message_event.set()
+        tell_gone(cycle)
         self.transport.close()
