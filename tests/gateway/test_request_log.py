@@ -154,8 +154,9 @@ async def test_a_client_gone_before_its_body_came_is_a_line_too(tmp_path) -> Non
         host, port = gs.url.removeprefix("http://").split(":")
         for path in ("/v1/chat/completions", "/tokenize"):
             _, writer = await asyncio.open_connection(host, int(port))
-            head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {auth()['Authorization'][7:]}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: 1000\r\nx-request-id: gone-{path[-8:]}\r\n\r\n")  # fmt: skip
+            head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth()['Authorization']}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 1000\r\n"
+                    f"x-request-id: gone-{path[-8:]}\r\n\r\n")  # fmt: skip
             writer.write(head.encode() + b'{"model": "m", ')  # a part of the body, then the client goes
             await writer.drain()
             await asyncio.sleep(0.2)
