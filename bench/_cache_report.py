@@ -10,6 +10,7 @@ HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total
 FINISHED = "vllm:request_success_total"
 TOPOLOGIES = {"1": "1 process", "w4": "--workers 4", "p2": "2 processes"}
 GOALS = {"hit_ratio": 0.97, "ttft_ratio": 1.1, "hot_max_over_mean": 1.15}  # issue 38
+SCALING = ("cache_aware", "kv_events")  # the policies that claim to scale out: the goals are theirs
 
 
 def summarize_round(
@@ -83,26 +84,36 @@ def report(results: list[dict[str, Any]], hot_share: float, policies: list[str],
                 f"{pool_name(policy, topology)} / {TOPOLOGIES[topologies[0]]}, paired per round: "
                 f"hit rate {spread(ratios['hit'])}x, TTFT p50 {spread(ratios['ttft'])}x"
             )
-            if policy != "cache_aware" or not ratios["hit"]:
+            if policy not in SCALING or not ratios["hit"]:
                 continue
             checks = [("hit_ratio", statistics.median(ratios["hit"]), ">=")]
             checks.append(("ttft_ratio", statistics.median(ratios["ttft"]), "<="))
             missed += _check(f"{pool_name(policy, topology)}", checks)
-    if "cache_aware" in policies and "cache_aware_local" in policies:
+    for ours, theirs in (("cache_aware", "cache_aware_local"), ("kv_events", "cache_aware")):
+        if ours not in policies or theirs not in policies:
+            continue
         for topology in topologies:
-            ratios = paired(rows, pool_name("cache_aware", topology), pool_name("cache_aware_local", topology))
+            ratios = paired(rows, pool_name(ours, topology), pool_name(theirs, topology))
+            spreads = paired_spread(rows, pool_name(ours, topology), pool_name(theirs, topology))
             print(
-                f"cache_aware / cache_aware_local, {TOPOLOGIES[topology]}, paired per round: "
-                f"hit rate {spread(ratios['hit'])}x, TTFT p50 {spread(ratios['ttft'])}x"
+                f"{ours} / {theirs}, {TOPOLOGIES[topology]}, paired per round: hit rate {spread(ratios['hit'])}x, "
+                f"TTFT p50 {spread(ratios['ttft'])}x, requests max/mean {spread(spreads, '{:+.2f}')} apart"
             )
-    if hot_share and "cache_aware" in policies:
+    for policy in SCALING:
+        if not hot_share or policy not in policies:
+            continue
         for topology in topologies:
-            spreads = [r["max_over_mean"] for r in rows if r["pool"] == pool_name("cache_aware", topology)]
+            spreads = [r["max_over_mean"] for r in rows if r["pool"] == pool_name(policy, topology)]
             if spreads:
-                missed += _check(
-                    pool_name("cache_aware", topology), [("hot_max_over_mean", statistics.median(spreads), "<=")]
-                )
+                missed += _check(pool_name(policy, topology), [("hot_max_over_mean", statistics.median(spreads), "<=")])
     return missed
+
+
+def paired_spread(rows: list[dict[str, Any]], name: str, base: str) -> list[float]:
+    """Per round: this pool's requests max/mean less the other's (below 0: more even)."""
+    by_round = {r["round"]: r for r in rows if r["pool"] == base}
+    return [r["max_over_mean"] - by_round[r["round"]]["max_over_mean"] for r in rows
+            if r["pool"] == name and r["round"] in by_round]  # fmt: skip
 
 
 def paired(rows: list[dict[str, Any]], name: str, base: str) -> dict[str, list[float]]:

@@ -10,10 +10,12 @@ of the machine puts on it falls on all of them alike. A round measures the engin
 hit rate (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total), TTFT p50/p90, output
 TPS, and the requests each engine finished (max / mean). On the uniform workload, then (fresh
 pools) with one prefix taking half the traffic. Ratios are paired within a round: each topology
-against the same policy's one process, and cache_aware against cache_aware_local. The goals of
-issue 38 are checked for cache_aware (exit 1 when one is not met).
+against the same policy's one process, cache_aware against cache_aware_local, and kv_events against
+cache_aware. The goals of issue 38 are checked for the policies that scale out (cache_aware,
+kv_events; exit 1 when one is not met). kv_events' sims publish their KV-cache events ([sim]
+kv_events_endpoint, with replay) and its gateways follow them; the other pools' sims publish none.
 
-    .venv/bin/python -m bench.cache_routing [--rounds 3] [--policies cache_aware,cache_aware_local]
+    .venv/bin/python -m bench.cache_routing [--rounds 3] [--policies cache_aware,cache_aware_local,kv_events]
         [--topologies 1,w4,p2] [--warmup-s 8] [--measure-s 8]
 """
 
@@ -24,6 +26,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -82,15 +85,32 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: fl
     raise SystemExit(f"the gateway at {url} was not ready within {timeout_s} s")
 
 
-def gateway_config(args: argparse.Namespace, path: Path, sim_urls: list[str], policy: str) -> Path:
+def gateway_config(
+    args: argparse.Namespace, path: Path, sim_urls: list[str], policy: str, events: list[tuple[int, int]]
+) -> Path:
+    """events: each sim's (publisher, replay) ports, for kv_events."""
     lines = [
         f'[server]\napi_key = "{KEY}"',
         f'[gateway]\nrouting = "{policy}"\nkey_store = "keys.db"\nload_scrape_interval_s = {args.scrape_s}',
         f"[gateway.cache_aware]\nload_factor = {args.load_factor}\nkey_blocks = {args.key_blocks}",
     ]
-    lines += [f'[[backends]]\nname = "sim{i}"\nurl = "{u}"\nmodel = "{MODEL}"' for i, u in enumerate(sim_urls)]
+    for i, u in enumerate(sim_urls):
+        lines.append(f'[[backends]]\nname = "sim{i}"\nurl = "{u}"\nmodel = "{MODEL}"')
+        if policy == "kv_events":
+            pub, replay = events[i]
+            lines.append(f'kv_events_endpoint = "tcp://127.0.0.1:{pub}"\n'
+                         f'kv_events_replay_endpoint = "tcp://127.0.0.1:{replay}"')  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def distinct_ports(n: int) -> list[int]:
+    """n free ports, all different (each held while the next is picked)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 @dataclass
@@ -105,15 +125,21 @@ class Pool:
 
 @contextmanager
 def start_pool(args: argparse.Namespace, tmp: Path, policy: str, topology: str) -> Iterator[Pool]:
-    sim_cfg = tmp / "sim.toml"
-    sim_cfg.write_text(f"[sim]\nkv_cache_blocks = {args.kv_blocks}\n")
+    ports = distinct_ports(9)  # each sim's HTTP, publisher and replay ports, none handed out twice
+    events = [(ports[3 + 2 * i], ports[4 + 2 * i]) for i in range(3)]
     with ExitStack() as stack:
-        sims = [
-            stack.enter_context(run_sim_process("--time-scale", str(args.time_scale), model=MODEL, config=sim_cfg))
-            for _ in range(3)
-        ]
+        sims = []
+        for i, (pub, replay) in enumerate(events):
+            sim_cfg = tmp / f"sim-{policy}-{topology}-{i}.toml"
+            publish = f'kv_events_endpoint = "tcp://*:{pub}"\nkv_events_replay_endpoint = "tcp://*:{replay}"\n'
+            sim_cfg.write_text(
+                f"[sim]\nkv_cache_blocks = {args.kv_blocks}\n" + (publish if policy == "kv_events" else "")
+            )
+            scale = str(args.time_scale)
+            sim = run_sim_process("--time-scale", scale, model=MODEL, config=sim_cfg, port=ports[i])
+            sims.append(stack.enter_context(sim))
         urls = [s.url for s in sims]
-        config = gateway_config(args, tmp / f"gateway-{policy}-{topology}.toml", urls, policy)
+        config = gateway_config(args, tmp / f"gateway-{policy}-{topology}.toml", urls, policy, events)
         workers, processes = (4, 1) if topology == "w4" else (1, 2) if topology == "p2" else (1, 1)
         gateway_urls: list[str] = []
         logs: list[Path] = []
@@ -193,7 +219,9 @@ def run_phase(args: argparse.Namespace, hot_share: float, tmp: Path) -> list[dic
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3, help="measured rounds per pool and workload")
-    p.add_argument("--policies", default="cache_aware,cache_aware_local", help="routing policies, comma-separated")
+    p.add_argument(
+        "--policies", default="cache_aware,cache_aware_local,kv_events", help="routing policies, comma-separated"
+    )
     p.add_argument("--topologies", default="1,w4,p2", help="1 (one process), w4 (--workers 4), p2 (two processes)")
     p.add_argument("--warmup-s", type=float, default=8.0, help="each pool's first warm-up (its caches fill)")
     p.add_argument("--round-warmup-s", type=float, default=2.0, help="the streams' ramp-up before each round")

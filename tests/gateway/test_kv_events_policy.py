@@ -174,3 +174,21 @@ def test_an_engine_that_leaves_or_joins_moves_about_one_in_n() -> None:
     grown = homes(fresh, [*four, *engines("new")])
     moved = [i for i in range(NUM_PROMPTS) if base[i] != grown[i]]
     assert all(grown[i] == "new" for i in moved) and 0.15 < len(moved) / NUM_PROMPTS < 0.25, len(moved)
+
+
+def test_a_prefix_every_engine_holds_goes_to_the_least_loaded_of_them() -> None:
+    policy, pool = KvEvents(CacheAwareSection(block_chars=8, key_blocks=2, load_slack=8)), engines("a", "b", "c")
+    for e in pool:
+        cached(policy.index, e.url, 5, salt=ord(e.name[0]) * 1000)
+    for loads, least in (((5, 2, 3), "b"), ((1, 4, 3), "a"), ((6, 6, 2), "c")):
+        for e, load in zip(pool, loads, strict=True):
+            e.num_reported = load
+        route = policy.route(pool, prompt(5, " q"))
+        assert route is not None and route.backend.name == least and route.reason == AFFINITY, loads
+    # held by two only: the third (less loaded, holding nothing) is not taken while they are within the bound
+    fresh, (a, b, c) = KvEvents(CacheAwareSection(block_chars=8, key_blocks=2, load_slack=8)), engines("a", "b", "c")
+    cached(fresh.index, a.url, 6)
+    cached(fresh.index, b.url, 6, salt=77)
+    a.num_reported, b.num_reported, c.num_reported = 4, 3, 0
+    route = fresh.route([a, b, c], prompt(6, " q"))
+    assert route is not None and route.backend is b

@@ -4,8 +4,10 @@ every process). Pure, no I/O.
 
 Per request: the prompt's token ids as the engine computes them (tokens.py), cut into the engines'
 blocks (the block size their events give) and chained as the index keys them; each candidate's
-match is how many leading blocks its cache holds. Candidates are tried longest match first, ties in
-the prompt's rendezvous ranking (cache_aware's home first), under cache_aware's load rules: an
+match is how many leading blocks its cache holds. Candidates are tried longest match first; among
+several that hold the longest match, when it covers the prompt's first `key_blocks` blocks, the
+least loaded first (a hot prefix held by every engine spreads by load at no cost in hits); other
+ties in the prompt's rendezvous ranking (cache_aware's home first). Under cache_aware's load rules: an
 engine shedding the prompt (its stable number below the engine's shed share) or past the hard bound
 is skipped, and if every engine sheds it, the hard bound alone decides. Nothing held anywhere, or
 no ids for the prompt (a template the gateway cannot render, an engine without events yet): the
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 from common.config.routing import CacheAwareSection
 from gateway.pool.routing.kv_index import KvIndex, chain
-from gateway.pool.routing.policy import AFFINITY, BALANCE, NO_MATCH, B, Route
+from gateway.pool.routing.policy import AFFINITY, BALANCE, NO_MATCH, B, Candidate, Route
 from gateway.pool.routing.prefix import Prompt
 from gateway.pool.routing.rendezvous import Rendezvous
 from gateway.pool.routing.tokens import Tokenize, make_tokenize
@@ -66,7 +68,8 @@ class KvEvents(Rendezvous):
         matched = {c.url: self.index.match(c.url, hashes) for c in candidates} if hashes else {}
         longest = max(matched.values(), default=0)
         ranking = self.ranking(candidates, key)
-        order = sorted(ranking, key=lambda c: -matched.get(c.url, 0))  # stable: ties keep the ranking
+        settled = longest >= min(self.settings.key_blocks, len(hashes))  # the prompt's head is held whole
+        order = sorted(ranking, key=lambda c: self._place(c, matched.get(c.url, 0), longest, settled, loads))
         hard = self.hard_bound(list(loads.values()))
         first = order[0]
         for keep_shed in (True, False):
@@ -76,3 +79,9 @@ class KvEvents(Rendezvous):
                     return Route(c, AFFINITY if best else BALANCE, matched.get(c.url, 0), len(hashes))
         chosen = min(order, key=lambda c: loads[c.url])  # unreachable with integer loads
         return Route(chosen, BALANCE, matched.get(chosen.url, 0), len(hashes))
+
+    @staticmethod
+    def _place(c: Candidate, matched: int, longest: int, settled: bool, loads: dict[str, int]) -> tuple[int, int]:
+        """Longest match first; among the engines that hold the longest match and at least the prompt's
+        key blocks, the least loaded (they all hold it: no hit is lost), else the ranking (sorted() keeps it)."""
+        return -matched, loads[c.url] if settled and matched == longest else 0

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -20,13 +21,14 @@ import psutil
 import pytest
 
 from backends.tiny_model import build_tiny_model
-from common.net import free_port, wait_http_ok
+from common.net import wait_http_ok
 from common.process_group import stop_process
 from common.promtext import sum_samples
 from tests.fixtures.otlp import OtlpReceiver
 from tests.support import REPO, zerogap_cmd
 
 UNIFIED = "vllm-tier-unified-key"
+KV_TOPIC = "kv"
 MODEL = "tiny-llama"
 READY_TIMEOUT_S = 300.0
 SETUP_TIMEOUT_S = 1800.0
@@ -53,8 +55,13 @@ def write_config(folder: Path, python: str, otlp_url: str = "") -> Path:
     With otlp_url the replica exports its request spans there (vLLM's --otlp-traces-endpoint, over
     OTLP/HTTP, in batches 0.2 s apart): the tier's trace test reads them."""
     build_tiny_model(folder / "models" / "tiny")
-    engine_port, gateway_port = free_port(), free_port()
-    traces = f'extra_args = ["--otlp-traces-endpoint", "{otlp_url}/v1/traces"]' if otlp_url else ""
+    engine_port, gateway_port, kv_port, kv_replay_port = free_ports(4)
+    kv_events = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{kv_port}",
+                            "replay_endpoint": f"tcp://*:{kv_replay_port}", "topic": KV_TOPIC})  # fmt: skip
+    args = ["--kv-events-config", kv_events]  # the KV-event tests subscribe to it (test_kv_events_vllm.py)
+    if otlp_url:
+        args += ["--otlp-traces-endpoint", f"{otlp_url}/v1/traces"]
+    traces = f"extra_args = {json.dumps(args)}"
     otel_env = ', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "http/protobuf", OTEL_BSP_SCHEDULE_DELAY = "200"'
     text = f"""
 [server]
@@ -119,6 +126,25 @@ class Pool:
                 pytest.fail(f"zerogap backends up exited ({self.backends.returncode}):\n{self.output[-4000:]}")
             time.sleep(0.25)
         pytest.fail(f"no {needle!r} in the launcher's output within {timeout_s} s:\n{self.output[-4000:]}")
+
+
+def free_ports(n: int) -> list[int]:
+    """n free ports, all different (each held while the next is picked)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def kv_events_ports(config: Path) -> tuple[int, int]:
+    """The replica's KV-event publisher and replay ports."""
+    found = re.search(r'tcp://\*:(\d+)\\", \\"replay_endpoint\\": \\"tcp://\*:(\d+)', config.read_text())
+    assert found, "no --kv-events-config in the tier's config"
+    return int(found.group(1)), int(found.group(2))
 
 
 def ports_of(config: Path) -> tuple[int, int]:
