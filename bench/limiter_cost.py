@@ -42,10 +42,14 @@ KEY = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 100_000}  # checked and c
 
 
 def previous_redis_limiter(src: Path) -> Any:
-    """RedisLimiter of another source tree: its gateway/tenants/limits/redis.py loaded under a name of its
-    own; what it imports (the rule, the leases, the scripts) is this tree's, so compare trees whose
-    other limits modules are the same (`git diff A B -- gateway/tenants/limits/`)."""
-    spec = importlib.util.spec_from_file_location("previous_limits_redis", src / "gateway" / "limits" / "redis.py")
+    """RedisLimiter of another source tree: its gateway/tenants/limits/redis.py (gateway/limits/redis.py in
+    trees before the gateway's rooms) loaded under a name of its own; what it imports (the rule, the
+    leases, the scripts) is this tree's, so compare trees whose other limits modules are the same
+    (`git diff A B -- gateway/tenants/limits/`)."""
+    found = [p for p in (src / "gateway/tenants/limits/redis.py", src / "gateway/limits/redis.py") if p.is_file()]
+    if not found:
+        raise SystemExit(f"--previous {src}: no gateway/tenants/limits/redis.py (or gateway/limits/redis.py) there")
+    spec = importlib.util.spec_from_file_location("previous_limits_redis", found[0])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
