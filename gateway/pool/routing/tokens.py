@@ -9,8 +9,8 @@ the token ids of the engines' KV-cache events. `[gateway.cache_aware] tokenizer`
   special tokens, or a prompt the gateway cannot read as text, gives no ids: the policy then routes by
   the prompt's hash alone.
 
-Token ids given as the prompt (a list of ints) are taken as they are. Pure; a few hundred
-microseconds per 1,000-word prompt with tokenizers, tens with words.
+Token ids given as the prompt (a list of ints) are taken as they are. Pure; ~0.1 ms for a
+1,000-word prompt with words (each word's id remembered), more with the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -23,6 +23,20 @@ from typing import Any
 from common.sim_words import token_id
 
 Tokenize = Callable[[dict[str, Any], bool, int], list[int] | None]  # (body, chat, most tokens) -> ids or None
+MAX_WORDS_KEPT = 1_000_000  # the words' ids remembered (~100 MB at most; then it starts over)
+
+
+class _WordIds(dict[str, int]):
+    """The ids of the words seen, computed once each: a dict lookup per word, in C, instead of a CRC."""
+
+    def __missing__(self, word: str) -> int:
+        if len(self) >= MAX_WORDS_KEPT:
+            self.clear()
+        found = self[word] = token_id(word)
+        return found
+
+
+_WORD_IDS = _WordIds()
 
 
 def _text(content: Any) -> str | None:
@@ -56,7 +70,7 @@ def words_tokens(body: dict[str, Any], chat: bool, most: int) -> list[int] | Non
         if not isinstance(prompt, str):
             return _given_ids(prompt)
         text = prompt
-    return [token_id(w) for w in text.split(maxsplit=most)[:most]]
+    return list(map(_WORD_IDS.__getitem__, text.split(maxsplit=most)[:most]))
 
 
 class HfTokens:
