@@ -14,8 +14,8 @@ from gateway.pool.model_pool import Router
 from tests.gateway.helpers import metric
 
 WORKER = """
-from gateway.observe.request_story.metrics import GatewayMetrics
-from gateway.pool.model_pool.model_pool import Backend
+from gateway.observe.metrics import GatewayMetrics
+from gateway.pool.model_pool import Backend
 metrics = GatewayMetrics("{folder}")
 backend = Backend("a", "http://127.0.0.1:1", "m")
 metrics.ejected(backend, "outlier")
