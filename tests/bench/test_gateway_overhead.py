@@ -123,7 +123,12 @@ def test_the_tenant_gateways_config_and_key(tmp_path: Path) -> None:
         found = next(r for r in store.keys() if r.digest == store.digest(secret))
     finally:
         store.close()
-    assert (found.name, found.limits.rpm, found.limits.tpm, found.limits.max_concurrency) == ("bench-tenant", 10**9, 10**12, 100_000)
+    assert (found.name, found.limits.rpm, found.limits.tpm, found.limits.max_concurrency) == (
+        "bench-tenant",
+        10**9,
+        10**12,
+        100_000,
+    )
 
 
 def test_the_load_generator_sends_each_tenant_target_its_own_key(
