@@ -9,7 +9,9 @@ and a reply (8-80 words); a Mooncake trace of Poisson arrivals (--trace-rate req
 --trace-seconds), each prompt two of 8 shared 512-token blocks (a group's system prompt) then
 64-700 tokens of its own, outputs 16-96 tokens. `vllm bench serve` (the vLLM environment,
 scripts/setup-vllm) and the harness run the ShareGPT file closed-loop at --streams streams (every
-conversation once for vLLM's client; the harness for as long, round and round); AIPerf 0.13
+conversation once for vLLM's client, --per-stream of them a stream; the harness for as long, round and
+round; the sim without its prefix cache, or the harness's second pass would find its prompts cached);
+AIPerf 0.13
 (installed on first use into its own environment, ZEROGAP_BENCH_AIPERF or
 ~/.cache/zerogap/bench-aiperf) and the harness replay the trace at its times (AIPerf's
 --fixed-schedule).
@@ -22,11 +24,13 @@ name as a hub repo id: "Repo id must be in the form 'repo_name'"), so the bench 
 out as a cached hub repo (`zerogap/sim-words`) under a HF_HOME of its own.
 
 Each tool's run gets a sim of its own (no prefix cache or histogram carried over), whose /metrics is
-read before and after: the prompt and output tokens it served, its prefix-cache hits, and its own
+read when the run is over: the prompt and output tokens it served, its prefix-cache hits, and its own
 TTFT (vllm:time_to_first_token_seconds, sum / count) of the very requests that tool sent. Figures:
 output TPS and TPOT p50 as each tool reports them (vLLM's client and AIPerf over their whole run;
 the harness over its step's window; a trace's step is the whole replay); TTFT mean of all the
 tool's requests (the harness's from requests.csv) beside the sim's mean of the same requests.
+vLLM's client's TPS counts its ramp and its tail (the last conversations end one by one): about
+1/(2 x per-stream) below the steady state, 7% at 10 a stream, hence 30.
 
 Prints each round, then the medians with their ranges and the verdicts of issue 39: harness / peer
 within 5% for output TPS and TPOT p50, and the harness's TTFT at least as near the sim's own as the
@@ -390,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("sharegpt", "mooncake"), default=None)
     parser.add_argument("--time-scale", type=float, default=5.0, help="the sim's (default 5: a step of ~46 ms at 32)")
     parser.add_argument("--streams", type=int, default=32, help="ShareGPT: concurrent streams (default 32)")
-    parser.add_argument("--per-stream", type=int, default=10, help="ShareGPT: conversations per stream (default 10)")
+    parser.add_argument("--per-stream", type=int, default=30, help="ShareGPT: conversations per stream (default 30)")
     parser.add_argument("--trace-rate", type=float, default=4.0, help="Mooncake: arrivals per second (default 4)")
     parser.add_argument("--trace-seconds", type=float, default=40.0, help="Mooncake: the trace's span (default 40)")
     args = parser.parse_args(argv)
