@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from gateway.endpoints.request import parse_call
 from gateway.relay.client_side import ClientSide
 from gateway.relay.exchange import Exchange
-from gateway.relay.pipe import Pipe
+from gateway.relay.responder import Responder
 from gateway.server.asgi import ClientGone, Receive, Scope, Send, header, read_body
 from gateway.server.errors import ApiError
 from gateway.tenants.admission import Admission, admit_head, admit_model, limit, refuse
@@ -18,7 +18,6 @@ from gateway.tenants.limits import estimate_tokens
 if TYPE_CHECKING:
     from gateway.gateway import Gateway
     from gateway.pool.model_pool import ModelPool
-    from gateway.relay.relay import Items
 
 
 class Completions:
@@ -45,9 +44,7 @@ class Completions:
             except ClientGone:  # before its body was all here: its request log line says so
                 gw.observer.refused(scope, admission.marks, admission.key, admission.model, GONE, self.path)
                 return
-            exchange.t0_s = arrived_s
             gw.observer.admitted(scope, admission.marks, exchange)
-            exchange.continue_ok = header(scope, b"x-zerogap-continue") not in NO_CONTINUE
             await serve(gw, exchange, pool, receive, send)
         finally:
             admission.release(gw)
@@ -67,7 +64,8 @@ class Completions:
         if who.limits.tpm is not None:
             await limit(gw, who, call.model, gw.limiter.reserve(who, estimate, call.budget_tokens))
         admission.marks.done_s = time.monotonic()
-        return Exchange(who, call, estimate), pool
+        continue_ok = header(scope, b"x-zerogap-continue") not in NO_CONTINUE
+        return Exchange(who, call, estimate, t0_s=admission.marks.t0_s, continue_ok=continue_ok), pool
 
 
 GONE = ApiError(499, "The client went away before its request was read.", code="client_gone")
@@ -81,38 +79,12 @@ async def serve(gw: Gateway, exchange: Exchange, pool: ModelPool, receive: Recei
     assert task is not None
     client = ClientSide(exchange, send, gw.config.gateway.keepalive_interval_s)
     client.start(receive, task)
+    out = Responder(send, client)
     try:
-        await _drive(gw.relay.run(exchange, pool), send, client)
+        await gw.relay.run(exchange, pool, out)
+        await out.end()
     except asyncio.CancelledError:
         if not client.gone or task.uncancel() > 0:
             raise
     finally:
         client.stop()
-
-
-async def _drive(items: Items, send: Send, client: ClientSide) -> None:
-    done = False
-    outcome: BaseException | None = None  # what broke the last pipe: sent back to the relay
-    try:
-        while True:
-            try:
-                item = await items.asend(outcome)
-            except StopAsyncIteration:
-                break
-            outcome = None
-            if isinstance(item, bytes):
-                await send({"type": "http.response.body", "body": item, "more_body": True})
-                continue
-            if isinstance(item, Pipe):  # the body of a stream, relayed from the upstream's callback
-                outcome = await item.run(send)
-                continue
-            await send({"type": "http.response.start", "status": item.status, "headers": item.headers})
-            if item.body is not None:  # the whole answer; the generator ends after it
-                client.finished = True
-                await send({"type": "http.response.body", "body": item.body, "more_body": False})
-                done = True
-        client.finished = True
-        if not done:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-    finally:
-        await items.aclose()

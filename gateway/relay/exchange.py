@@ -124,6 +124,15 @@ class Exchange:
         if self.attempts:
             self.attempts[-1].first_s = at_s
 
+    def stream_began(self, at_s: float) -> None:
+        """The current attempt's stream reached the client at at_s: the answer is under way (its TTFT,
+        unless this attempt continues a broken stream; no more keep-alives)."""
+        if self.first_s is None:
+            self.first_s = at_s
+        self.answered(at_s)
+        self.status = 200
+        self.replied = True
+
     def overhead(self, head_s: float, answer_s: float | None = None) -> float:
         """ms the request spent in the gateway before its head went at head_s: the time since it
         arrived less the time each attempt waited on its backend (the current one until answer_s,

@@ -56,7 +56,7 @@ class _Rest:
 
 
 class Pipe:
-    """Relays the body of one streamed answer; the relay yields it, proxy._drive runs it with `send`.
+    """Relays the body of one streamed answer; the relay runs it with the client's `send` (Responder.pipe).
 
     It is handed the stream before its first byte: the first bytes for the client go out from the
     callback that brought them, the response's head with them (unless a keep-alive sent it), with
@@ -140,11 +140,7 @@ class Pipe:
         idle watch from here on) and its head goes out first. True: data waits behind the head."""
         self.relayed = True
         exchange = self.exchange
-        if exchange.first_s is None:  # a continuation's first bytes are not the stream's
-            exchange.first_s = self.watch.last_s
-        exchange.answered(self.watch.last_s)
-        exchange.status = 200
-        exchange.replied = True
+        exchange.stream_began(self.watch.last_s)
         assert self.first_byte is not None
         self.first_byte.cancel()
         self.watch.arm()

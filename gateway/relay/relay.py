@@ -1,9 +1,10 @@
 """The proxy path: choose a backend, retry before the first byte, relay bytes as they
 arrive, and account for the request when it ends.
 
-`Relay.run` is one async generator: it yields a `Reply` (status and headers, and the
-whole body for a non-streamed answer) and then the bytes of the stream; the metrics,
-usage and rate-limit settlement of the request happen in its `finally`.
+`Relay.run` is one coroutine, from the admitted request to its answer's end: it sends through the
+client's `Responder` (the head, a stream's body through its Pipe, the bytes it adds itself), and the
+request's metrics, usage and rate-limit settlement happen in its `finally`. The Exchange is this
+module's to write (the Pipe marks the stream's start through it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
 
 from common.config.gateway import GatewaySection
 from gateway.endpoints.request import Call
@@ -39,6 +39,7 @@ from gateway.relay.continuation import Transcript, chat_call, continuable
 from gateway.relay.exchange import Exchange, Reply, json_reply
 from gateway.relay.idle import IdleWatch
 from gateway.relay.pipe import Pipe
+from gateway.relay.responder import Responder
 from gateway.relay.resume import DONE_EVENT, BodyFor, Resume
 from gateway.relay.sse import SHOW_ALL, SseFilter, shown_usage
 from gateway.server.errors import bare, error_body, error_message, sse_error
@@ -47,11 +48,6 @@ from gateway.tenants.usage import UsageRecorder
 from gateway.upstream.client import UpstreamClient, UpstreamError, UpstreamResponse
 
 log = logging.getLogger("zerogap.gateway.relay")
-
-
-# What the relay yields (the reply's head, body bytes, a Pipe for a stream's body) and what it is
-# sent back: after a Pipe, what broke it (None: it ended well).
-Items = AsyncGenerator[Reply | bytes | Pipe, BaseException | None]
 
 
 class Relay:
@@ -75,7 +71,9 @@ class Relay:
         self.outlier = outlier
         self.observer = observer
 
-    async def run(self, exchange: Exchange, pool: ModelPool) -> Items:
+    async def run(self, exchange: Exchange, pool: ModelPool, out: Responder) -> None:
+        """Relay the request to one of the pool's backends (retrying, continuing a broken stream) and
+        its answer to the client through `out`; charge it when it is over, however it ends."""
         tried: list[Backend] = []
         no_backend = f"No healthy backend serves model {exchange.call.model!r} right now."
         failure = AttemptFailed(503, "no_backend", no_backend)
@@ -112,20 +110,9 @@ class Relay:
                         answer = self._answer(exchange, backend, resp, first)
                         failures.served()
                         if answer is not None:
-                            yield answer
+                            await out.reply(answer)
                             return
-                        # closed here, not by the collector: its finally sets the charge, settled below
-                        stream = self._stream(exchange, resp, flight, first_byte_deadline_s, filt, resume)
-                        try:
-                            outcome: BaseException | None = None
-                            while True:  # `yield from` for async generators: a pipe's outcome goes back in
-                                try:
-                                    item = await stream.asend(outcome)
-                                except StopAsyncIteration:
-                                    break
-                                outcome = yield item
-                        finally:
-                            await stream.aclose()
+                        await self._stream(exchange, resp, flight, first_byte_deadline_s, filt, resume, out)
                         if resume.broken is None:
                             return
                         if not resume.prepare(filt):
@@ -138,7 +125,7 @@ class Relay:
                         if not exc.retryable:
                             break
                         continue
-                except (asyncio.CancelledError, GeneratorExit):
+                except asyncio.CancelledError:
                     attempt.outcome = "client_gone"
                     raise
                 finally:
@@ -149,13 +136,13 @@ class Relay:
             if resume.failure is not None and resume.broken is not None:  # no backend could continue the stream
                 resume.gave_up(self.metrics)
                 exchange.status, event = resume.failure
-                yield event
+                await out.body(event)
                 return
             failures.unserved(len(tried))
             if panicked and failure.label != "draining":
                 failure = AttemptFailed(503, "no_backend", f"{no_backend} Tried anyway: {failure.message}")
-            yield self._fail(exchange, failure)
-        except (asyncio.CancelledError, GeneratorExit):
+            await out.reply(self._fail(exchange, failure))
+        except asyncio.CancelledError:
             exchange.status = 499
             exchange.error = "client_gone"
             raise
@@ -321,10 +308,10 @@ class Relay:
 
     async def _stream(
         self, exchange: Exchange, resp: UpstreamResponse, flight: Flight, deadline_s: float, filt: SseFilter,
-        resume: Resume,
-    ) -> Items:  # fmt: skip
-        """The stream, relayed by a Pipe from its first byte on (proxy._drive runs it and sends back
-        what broke it, if anything). Ended before its first byte, nothing reached the client: an
+        resume: Resume, out: Responder,
+    ) -> None:  # fmt: skip
+        """The stream, relayed by a Pipe from its first byte on (it returns what broke it, if
+        anything). Ended before its first byte, nothing reached the client: an
         AttemptFailed, and the relay tries another backend. Broken after it: the error event, or,
         when it can be continued (continuation.py), `resume.broken` set for the relay to go on."""
         clean = False
@@ -333,7 +320,7 @@ class Relay:
         watch = IdleWatch(idle_s, resp.close, armed=False)  # armed by the pipe at the first byte
         pipe = Pipe(resp, filt, exchange, watch, flight, deadline_s)
         try:
-            error = yield pipe
+            error = await out.pipe(pipe)
             if not pipe.relayed:
                 raise no_first_byte(flight, pipe, error, self.settings.first_byte_timeout_s)
             resume.relayed(self.metrics)
@@ -349,9 +336,9 @@ class Relay:
                 verdict = resume.broke(flight, watch.fired, filt, event, exchange.status, self.metrics)
                 if verdict == "done":  # every token came: the stream ends as it would have
                     exchange.status = 200
-                    yield filt.rest() + DONE_EVENT
+                    await out.body(filt.rest() + DONE_EVENT)
                 elif verdict == "error":
-                    yield event
+                    await out.body(event)
                 return
             if error is not None:  # sending to the client failed
                 try:
@@ -361,7 +348,7 @@ class Relay:
             self.outlier.success(flight.backend)  # it ended well: as a break counts when it comes, so does this
             rest = filt.rest()
             if rest:
-                yield rest
+                await out.body(rest)
             clean = True
         finally:
             watch.cancel()

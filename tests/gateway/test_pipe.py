@@ -40,9 +40,9 @@ async def open_stream(url: str) -> tuple[HttpUpstream, UpstreamResponse, bytes]:
 
 def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
     filt = SseFilter(SHOW_ALL)
-    # what the pipe touches of the exchange: the times, the status, and whether the head is its to send
+    # what the pipe touches of the exchange: the last chunk's time, the stream's start, whether the head is its to send
     out: Any = SimpleNamespace(last_s=None, first_s=None, status=0, replied=False, start_stream=lambda: False)
-    out.answered, out.stream_headers = lambda at_s: None, lambda answer_s=None: SSE_HEADERS
+    out.stream_began, out.stream_headers = lambda at_s: None, lambda answer_s=None: SSE_HEADERS
     flight = Flight(SimpleNamespace(name="b0"), [], [], 0)  # type: ignore[arg-type]
     deadline_s = time.monotonic() + 30
     return Pipe(resp, filt, out, IdleWatch(30, resp.close, armed=False), flight, deadline_s), filt, out
