@@ -101,7 +101,7 @@ class Gateway:
         logs = self.config.logging
         if logs.log_tps:
             m = self.metrics
-            rates = log_rates_forever(m.tokens.metric, m.requests.metric, logs.log_interval_s)
+            rates = log_rates_forever(m.tokens.metric, m.requests.metric, logs.log_interval_s, m.settled.flush)
             self._tasks.append(asyncio.create_task(rates))
         if self.metrics.multiprocess_dir is not None:
             self._tasks.append(asyncio.create_task(self._gauges_forever(BACKEND_GAUGES_INTERVAL_S)))

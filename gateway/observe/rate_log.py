@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from prometheus_client import Counter
 
@@ -33,13 +34,17 @@ class RateLog:
     """The line for each interval, from the counters' growth since the last tick: the rates, one
     idle line when requests stop finishing, then None (nothing to log) while they do not."""
 
-    def __init__(self, tokens: Counter, requests: Counter, now_s: float) -> None:
+    def __init__(
+        self, tokens: Counter, requests: Counter, now_s: float, flush: Callable[[], None] = lambda: None
+    ) -> None:
         self.tokens, self.requests = tokens, requests
+        self.flush = flush  # applies the requests' metrics kept for a batch (observe/settled.py) first
         self.last_tokens, self.last_requests = self._totals()
         self.last_s = now_s
         self.idle = True  # a gateway that has served nothing yet has nothing to say
 
     def _totals(self) -> tuple[float, float]:
+        self.flush()
         return counter_total(self.tokens, kind="completion"), counter_total(self.requests)
 
     def tick(self, now_s: float) -> str | None:
@@ -55,8 +60,10 @@ class RateLog:
         return f"relayed {tps:,.0f} output tok/s, {rps:.1f} req/s (last {span_s:.0f} s)"
 
 
-async def log_rates_forever(tokens: Counter, requests: Counter, interval_s: float) -> None:
-    rates = RateLog(tokens, requests, time.monotonic())
+async def log_rates_forever(
+    tokens: Counter, requests: Counter, interval_s: float, flush: Callable[[], None] = lambda: None
+) -> None:
+    rates = RateLog(tokens, requests, time.monotonic(), flush)
     while True:
         await asyncio.sleep(interval_s)
         line = rates.tick(time.monotonic())

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from gateway.observe.metrics import GatewayMetrics, Labeled
+from typing import Any, Protocol
 
 FLUSH_AT = 1024  # requests kept before they are applied (a bounded list; /metrics applies them first)
 
@@ -27,15 +24,30 @@ FLUSH_AT = 1024  # requests kept before they are applied (a bounded list; /metri
 Settled = tuple[str, str, str, str, float, float | None, float | None, int, int]
 
 
+class Targets(Protocol):
+    """The metrics a batch is applied to (GatewayMetrics has them; each a labelled family)."""
+
+    requests: Any
+    tokens: Any
+    duration: Any
+    ttft: Any
+    tpot: Any
+
+
 class SettledMetrics:
     """The requests' metrics not yet applied to `metrics`' Prometheus objects."""
 
     __slots__ = ("_metrics", "_pending", "flush_at")
 
-    def __init__(self, metrics: GatewayMetrics, flush_at: int = FLUSH_AT) -> None:
+    def __init__(self, metrics: Targets, flush_at: int = FLUSH_AT) -> None:
         self._metrics = metrics
         self._pending: list[Settled] = []
         self.flush_at = flush_at
+
+    @property
+    def num_pending(self) -> int:
+        """Requests settled and not yet applied."""
+        return len(self._pending)
 
     def add(self, settled: Settled) -> None:
         pending = self._pending
@@ -69,7 +81,7 @@ class SettledMetrics:
             observe_all(labeled, labels, values)
 
 
-def observe_all(labeled: Labeled[Any], labels: tuple[str, ...], values: list[float]) -> None:
+def observe_all(labeled: Any, labels: tuple[str, ...], values: list[float]) -> None:
     """What observe(v) for each of `values` would record, one increment per bucket touched."""
     child = labeled.labels(*labels)
     bounds, buckets, total = (getattr(child, name, None) for name in ("_upper_bounds", "_buckets", "_sum"))

@@ -83,9 +83,11 @@ async def test_the_rate_log_says_nothing_while_idle(tmp_path) -> None:
             async def serve(num_done: int) -> None:  # one request, counted (the counters move after the answer)
                 status, _, _ = await post(gs.url + "/v1/chat/completions", chat_body(stream=False), auth())
                 assert status == 200
-                assert await wait_until(lambda: counter_total(m.requests.metric) == num_done, timeout_s=10)
+                # settled: counted, or kept for the next batch, which the rate log applies before it reads
+                settled = lambda: counter_total(m.requests.metric) + m.settled.num_pending == num_done  # noqa: E731
+                assert await wait_until(settled, timeout_s=10)
 
-            rates = RateLog(m.tokens.metric, m.requests.metric, now_s=0.0)
+            rates = RateLog(m.tokens.metric, m.requests.metric, now_s=0.0, flush=m.settled.flush)
             lines = [rates.tick(10.0)]  # started, nothing served yet
             await serve(1)
             lines += [rates.tick(20.0), rates.tick(30.0), rates.tick(40.0), rates.tick(50.0)]
