@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from common.net import free_port
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import UpstreamServer
 from tests.gateway.helpers import METRICS_KEY, GatewayServer, auth, chat_body, error_of, get, make_config, metric, post
@@ -24,7 +25,7 @@ BODY_BYTES = 4 * 1024 * 1024  # [gateway].max_body_bytes by default
 def new_key(tmp_path: Path, name: str, **limits: int) -> str:
     store = KeyStore(tmp_path / "keys.db")
     try:
-        return store.create(name, **limits)  # type: ignore[arg-type]
+        return store.create(name, limits=KeyLimits(**limits))
     finally:
         store.close()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from common.net import free_port
+from gateway.tenants.keys.base import KeyLimits
 from gateway.tenants.keys.sqlite import KeyStore
 from tests.fixtures.upstream import Behavior, UpstreamServer
 from tests.gateway.processes import UNIFIED, GatewayProcess, call, chat, metric_sum, write_config
@@ -31,10 +32,10 @@ def gateway(tmp_path: Path, up: UpstreamServer, extra: str = "") -> GatewayProce
     return GatewayProcess(config, port)
 
 
-def new_key(tmp_path: Path, name: str, **fields: Any) -> str:
+def new_key(tmp_path: Path, name: str, models: list[str] | None = None, **limits: int) -> str:
     store = KeyStore(tmp_path / "keys.db")
     try:
-        return store.create(name, **fields)
+        return store.create(name, models, KeyLimits(**limits))
     finally:
         store.close()
 
