@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -63,6 +63,16 @@ def seconds_until(gw: GatewayProcess, key: str, status: int, timeout_s: float = 
     raise AssertionError(f"{gw.url} did not answer {status} within {timeout_s} s")
 
 
+def eventually(holds: Callable[[], bool], timeout_s: float = 15.0) -> bool:
+    """Whether `holds` came true within timeout_s (the usage flushes are periodic: an event to wait for)."""
+    deadline = time.monotonic() + timeout_s
+    while not holds():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def test_keys_revocations_and_usage_are_shared(pair: Pair) -> None:
     a, b = pair
     key = create(a, "shared")
@@ -76,8 +86,9 @@ def test_keys_revocations_and_usage_are_shared(pair: Pair) -> None:
     with ThreadPoolExecutor(6) as pool:  # fresh connections: spread over A and both workers of B
         statuses = list(pool.map(lambda i: chat((a, b)[i % 2].url, counted)[0], range(num)))
     assert statuses == [200] * num
-    time.sleep(1.5)  # every process flushes within a second
-    assert usage_of(a, "counted") == usage_of(b, "counted") == (num, 3 * num, NUM_TOKENS * num)
+    whole = (num, 3 * num, NUM_TOKENS * num)
+    assert eventually(lambda: usage_of(a, "counted") == usage_of(b, "counted") == whole), (  # each process flushes
+        usage_of(a, "counted"), usage_of(b, "counted"))  # fmt: skip
 
     # `zerogap keys` without --url works on the same database (config.toml's database_url).
     listed = subprocess.run(zerogap_cmd("keys", "--config", str(a.config), "list"), capture_output=True, timeout=30)
@@ -146,7 +157,8 @@ def test_sigkill_and_restart_keeps_keys_and_all_but_the_last_second_of_usage(tmp
             gw.kill()
             gw.start()
             assert [chat(gw.url, k)[0] for k in keys] == [200] * 3
-            time.sleep(1.2)  # the other worker's count too: the admin call flushes only its own process
+            # the other worker's count too, once it flushes: the admin call flushes only its own process
+            assert eventually(lambda: usage_of(gw, "k0")[0] >= 4 + 1)
             used = usage_of(gw, "k0")
         finally:
             gw.stop()
