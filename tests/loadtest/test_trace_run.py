@@ -145,3 +145,24 @@ def test_a_trace_is_shared_by_worker_processes_from_one_time_0(tmp_path: Path) -
     assert step["requests_ok"] == len(SHARED_ROWS) and step["complete"]
     last_answer_s = max(float(r["sent_s"]) + float(r["e2e_ms"]) / 1000 for r in rows)
     assert last_answer_s <= step["end_s"] <= last_answer_s + 0.1 + 1e-3, (last_answer_s, step["end_s"])
+
+
+def test_a_slow_trace_is_sent_by_few_users_on_connections_kept_alive(tmp_path: Path) -> None:
+    """40 rows 50 ms apart, each answered in a few ms, with a pool of 32 users: the users freed last
+    take the next rows (as a connection pool hands out the connection used last), so the requests come
+    on a few kept-alive connections, not one new connection per user (its connect in the TTFT)."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 50 * i, "input_length": 16, "output_length": 2}) + "\n"
+                             for i in range(40)), encoding="utf-8")  # fmt: skip
+    with UpstreamServer(Behavior(ttft_s=0.002, interval_s=0.001), model="test-model") as up:
+        settings = write_settings(
+            tmp_path / "settings.json", up.url, tmp_path / "runs", "few", api={"endpoint": "completions"},
+            load_test={"trace": str(trace), "concurrency": 32},
+        )  # fmt: skip
+        result = run_locust(settings, timeout_s=120)
+        seen = list(up.requests)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(seen) == 40
+    connections = {s.client_port for s in seen}
+    # the 4 users that hold a row while it waits, and the few in flight: a user per row would be 32
+    assert None not in connections and len(connections) <= 12, len(connections)
