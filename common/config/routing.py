@@ -28,7 +28,7 @@ class CacheAwareSection(Section):
         "full blocks); prompts alike in these go to the same engine",
     )
     load_factor: float = Field(
-        1.5,
+        1.15,
         ge=1,
         description="cache_aware: no engine takes a request past this times the mean load (this request included, "
         "rounded up); the prompt goes to its next engine",
@@ -37,7 +37,8 @@ class CacheAwareSection(Section):
         4,
         ge=0,
         le=1_000_000,
-        description="cache_aware: the hard bound is at least this many requests above the mean",
+        description="cache_aware: at low load the hard bound is this many requests above the mean (fading as the "
+        "mean passes it: load_slack x min(1, load_slack / mean))",
     )
     shed_rate: float = Field(
         0.5,
