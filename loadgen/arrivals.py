@@ -1,6 +1,7 @@
 """Open-loop arrivals: a Poisson process of planned send times per process, at the
 step's request rate times this process's share of the users. A free user takes the
-next planned time, waits for it, and sends; when every user is busy the planned time
+next planned time, waits for it, and sends (which free user: loadgen/turns.py, the one freed
+last, on its kept-alive connection); when every user is busy the planned time
 passes, and the lag between planned and actual send is recorded (and a step whose
 lag grows is marked invalid: more users are needed)."""
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 import gevent
 
+from loadgen.turns import Turns
 from loadreport.schedule import LoadSchedule
 
 _IDLE_POLL_S = 0.05
@@ -26,12 +28,17 @@ class Arrivals:
         self.share = share
         self.rng = random.Random(seed)
         self.next_planned: float | None = None
+        self.turns = Turns()
 
     def _rate(self, wall: float) -> float:
         return self.plan.rate_at(wall - self.run_start) * self.share()
 
     def take(self) -> float:
         """Block until the next planned send; return the planned wall-clock time."""
+        with self.turns.hold():
+            return self._take()
+
+    def _take(self) -> float:
         while True:
             now = time.time()
             rate = self._rate(now if self.next_planned is None else max(now, self.next_planned))

@@ -3,12 +3,9 @@
 The trace's time 0 is when its pool of users has started (`start`, at Locust's spawning_complete:
 a pool that is still starting would lag behind the first rows). A free user takes the next row,
 builds its body (before waiting, so the build costs no lag), waits for the row's planned time
-(time 0 + timestamp / trace_speed) and sends. At most MAX_HOLDING users hold a row and wait for its
-time at once (a burst of rows due together still goes out together); the other free users wait for
-a turn, the one freed last going first, as a client's connection pool hands out the connection
-used last: the few users a trace's pace needs send every request on connections kept alive, not
-one user per row with a new connection each (its connect in the request's TTFT, and a server's
-keep-alive timeout closing the idle ones). When every user is busy the planned time passes and the
+(time 0 + timestamp / trace_speed) and sends; which free user takes it: loadgen/turns.py (the few
+users a trace's pace needs send on connections kept alive, not one user per row with a new
+connection each, its connect in the request's TTFT). When every user is busy the planned time passes and the
 lag between planned and actual send is recorded: the step is then marked invalid, as in the Poisson
 mode (more users: load_test.concurrency). The run ends once every row has been sent and answered
 (`finished`).
@@ -28,9 +25,9 @@ import gevent
 from gevent.event import Event
 
 from loadgen.traces import Trace, TraceRow
+from loadgen.turns import Turns
 
 START_WAIT_S = 30.0  # the users wait this long at most for the pool to start (then time 0 is now)
-MAX_HOLDING = 4  # users holding a row while they wait for its time, at once
 
 
 class TraceReplay:
@@ -44,8 +41,7 @@ class TraceReplay:
         self.rows = trace.rows  # the rows this process sends (its share)
         self.next_index = 0
         self.pending = 0  # taken and not yet answered
-        self.num_holding = 0  # users holding a row (or about to take one), at most MAX_HOLDING
-        self.turns: list[Event] = []  # free users waiting to hold a row; the last to come goes first
+        self.turns = Turns()
 
     def start(self, now: float) -> None:
         """Time 0 of the trace is now (once)."""
@@ -66,13 +62,7 @@ class TraceReplay:
         every row has been taken. Call `answered` when its request has ended."""
         if not self.started.wait(self.start_wait_s):
             self.start(time.time())
-        if self.num_holding < MAX_HOLDING:
-            self.num_holding += 1
-        else:  # a turn handed over by a holder whose row's time came (the slot with it)
-            turn = Event()
-            self.turns.append(turn)
-            turn.wait()
-        try:
+        with self.turns.hold():
             rows = self.rows
             if self.next_index >= len(rows):
                 return None
@@ -85,15 +75,6 @@ class TraceReplay:
             if delay > 0:
                 gevent.sleep(delay)
             return planned, row, body
-        finally:
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        """This user's slot goes to the free user that came last, or back to the pool."""
-        if self.turns:
-            self.turns.pop().set()
-        else:
-            self.num_holding -= 1
 
     def answered(self) -> None:
         self.pending -= 1
