@@ -37,8 +37,7 @@ class CacheAwareSection(Section):
         4,
         ge=0,
         le=1_000_000,
-        description="cache_aware: at low load the hard bound is this many requests above the mean (fading as the "
-        "mean passes it: load_slack x min(1, load_slack / mean))",
+        description="cache_aware: the hard bound is at least this many requests above the mean",
     )
     shed_rate: float = Field(
         0.5,

@@ -19,9 +19,8 @@ Every process and pod decides alike, with nothing shared on the request path:
   process, to their next engine, and takes them back as its load falls. Every process reads the
   same reports, so the shares, and the decisions, agree.
 - **Hard bound** (consistent hashing with bounded loads): no engine takes a request past
-  `load_factor` (1.15) x the mean load (this request included, rounded up), or the mean + the
-  shedding's low-load slack (load_slack x min(1, load_slack / mean): 4 requests at a mean of 4, 1 at
-  a mean of 16) if that is more; the prompt goes to the next engine of its ranking.
+  `load_factor` (1.15) x the mean load (this request included, rounded up), or the mean +
+  `load_slack` (4) requests if that is more; the prompt goes to the next engine of its ranking.
   It catches what shedding is too slow for (a burst, one prefix hotter than an engine). The load
   here is Backend.load_now(): what the engine reported at the last scrape plus this process's
   requests there since; the policy asks for a scrape every `load_scrape_interval_s` (0.1 s).
@@ -83,14 +82,13 @@ class Rendezvous(RoutingPolicy):
         return sorted(candidates, key=lambda c: mix64(key ^ self.seed(c.url)), reverse=True)
 
     def hard_bound(self, loads: Sequence[int]) -> int:
-        """The most load an engine may carry with this request: load_factor x the mean load, or the
-        mean + the low-load slack if more (this request included, rounded up). The slack fades as the
-        load grows, as the shedding's tolerance does: a whole load_slack above a mean of 16 would let
-        a hot prefix's home run at 1.25x the mean whatever load_factor says."""
+        """The most load an engine may carry with this request: load_factor x the mean load, or
+        the mean + load_slack if more (this request included, rounded up). A slack that fades with
+        the load (as the shedding's tolerance does) spread a hot prefix better but cost the hit rate
+        across processes (gateway/README.md, "Measured"): not kept."""
         s = self.settings
         mean = (sum(loads) + 1) / len(loads)
-        slack = s.load_slack * min(1.0, s.load_slack / max(mean, 1.0))
-        return max(math.ceil(s.load_factor * mean), math.ceil(mean + slack))
+        return max(math.ceil(s.load_factor * mean), math.ceil(mean) + s.load_slack)
 
     def observe(self, reported: Mapping[str, int], now_s: float) -> None:
         """One scrape's reports (engine URL -> running + waiting) of the pool's healthy engines:
