@@ -43,7 +43,7 @@ model = "models/tiny"
 served_model_name = "{MODEL}"
 python = "{vllm_interpreter()}"
 max_model_len = 512
-extra_args = ["--stream-interval", "16", "--enforce-eager"]
+extra_args = ["--stream-interval", "4", "--enforce-eager"]
 startup_timeout_s = {READY_TIMEOUT_S}
 stop_timeout_s = 20
 env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
@@ -54,7 +54,10 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
     # A 10 s window: with the heavy model the harness's sampler reads vLLM every second (with the
     # tiny model vLLM's API server starved it to one scrape per ~4 s, and it needed 20 s).
     cmd += ["--steps", "16", "--step-seconds", "13", "--measure-seconds", "10", "--warmup-seconds", "3"]
-    cmd += ["--input-tokens", "32", "--output-tokens", "64", "--out", str(out)]
+    # 32-token answers streamed every 4 steps: beside two busy loops a step at 16 sequences took over
+    # a second, and 64-token answers streamed every 16 steps sent their first chunk after the window
+    # had closed (0 tokens measured for the 16-sequence candidate).
+    cmd += ["--input-tokens", "32", "--output-tokens", "32", "--out", str(out)]
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     data = json.loads((out / "tune.json").read_text())
