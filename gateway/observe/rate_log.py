@@ -34,9 +34,7 @@ class RateLog:
     """The line for each interval, from the counters' growth since the last tick: the rates, one
     idle line when requests stop finishing, then None (nothing to log) while they do not."""
 
-    def __init__(
-        self, tokens: Counter, requests: Counter, now_s: float, flush: Callable[[], None] = lambda: None
-    ) -> None:
+    def __init__(self, tokens: Counter, requests: Counter, now_s: float, flush: Callable[[], None]) -> None:
         self.tokens, self.requests = tokens, requests
         self.flush = flush  # applies the requests' metrics kept for a batch (observe/settled.py) first
         self.last_tokens, self.last_requests = self._totals()
@@ -60,9 +58,7 @@ class RateLog:
         return f"relayed {tps:,.0f} output tok/s, {rps:.1f} req/s (last {span_s:.0f} s)"
 
 
-async def log_rates_forever(
-    tokens: Counter, requests: Counter, interval_s: float, flush: Callable[[], None] = lambda: None
-) -> None:
+async def log_rates_forever(tokens: Counter, requests: Counter, interval_s: float, flush: Callable[[], None]) -> None:
     rates = RateLog(tokens, requests, time.monotonic(), flush)
     while True:
         await asyncio.sleep(interval_s)

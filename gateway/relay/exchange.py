@@ -119,17 +119,13 @@ class Exchange:
         if a is not None:
             a.sent_s = time.monotonic()
 
-    def answered(self, at_s: float) -> None:
-        """The current attempt's first bytes went to the client (a stream) at at_s."""
-        if self.attempts:
-            self.attempts[-1].first_s = at_s
-
     def stream_began(self, at_s: float) -> None:
         """The current attempt's stream reached the client at at_s: the answer is under way (its TTFT,
         unless this attempt continues a broken stream; no more keep-alives)."""
         if self.first_s is None:
             self.first_s = at_s
-        self.answered(at_s)
+        if self.attempts:
+            self.attempts[-1].first_s = at_s
         self.status = 200
         self.replied = True
 

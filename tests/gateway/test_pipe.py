@@ -41,7 +41,7 @@ async def open_stream(url: str) -> tuple[HttpUpstream, UpstreamResponse, bytes]:
 def make_pipe(resp: UpstreamResponse) -> tuple[Pipe, SseFilter, Any]:
     filt = SseFilter(SHOW_ALL)
     # what the pipe touches of the exchange: the last chunk's time, the stream's start, whether the head is its to send
-    out: Any = SimpleNamespace(last_s=None, first_s=None, status=0, replied=False, start_stream=lambda: False)
+    out: Any = SimpleNamespace(last_s=None, start_stream=lambda: False)
     out.stream_began, out.stream_headers = lambda at_s: None, lambda answer_s=None: SSE_HEADERS
     flight = Flight(SimpleNamespace(name="b0"), [], [], 0)  # type: ignore[arg-type]
     deadline_s = time.monotonic() + 30
