@@ -21,6 +21,7 @@ import gevent
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError
 
+from loadgen.send_clock import SendClock
 from loadgen.sse import SseParser
 from loadreport.record import INTERRUPTED, RequestRecord
 
@@ -39,7 +40,8 @@ class RequestFailed(Exception):
 
 def traceparent(start_wall: float) -> str:
     """A W3C traceparent for one request (api.traceparent), sampled: the trace id's first 16 hex digits
-    are the send time in microseconds since the epoch (requests.csv's `start`), the rest random."""
+    are the time the request was made in microseconds since the epoch (its head carries the header, so
+    a fraction of a millisecond before requests.csv's sent time), the rest random."""
     return f"00-{int(start_wall * 1e6):016x}{os.urandom(8).hex()}-{os.urandom(8).hex()}-01"
 
 
@@ -71,6 +73,7 @@ class StreamClient:
             concurrency=1,
             block_size=BLOCK_SIZE,
         )
+        self.clock = SendClock(self.http)  # when each request's bytes go out (loadgen/send_clock.py)
 
     def close(self) -> None:
         self.http.close()
@@ -84,18 +87,20 @@ class StreamClient:
         When the test stops mid-stream, on_interrupt gets what was read so far."""
         parser = SseParser(self.chat)
         start_wall, start = time.time(), time.perf_counter()
-        send_lag_s = None if planned is None else max(0.0, start_wall - planned)
         trace_id = ""
         if self.traced:
             self.headers["traceparent"] = header = traceparent(start_wall)
             trace_id = header[3:35]
         kind, detail, end = "", "", None
+        self.clock.reset()
         try:
             end = self._send_and_read(body, parser)
         except RequestFailed as exc:
             kind, detail = exc.kind, str(exc)
         except gevent.GreenletExit:
             if on_interrupt is not None:
+                start_wall, start = self._sent(start_wall, start)
+                send_lag_s = None if planned is None else max(0.0, start_wall - planned)
                 cut = _to_record(parser, start_wall, start, INTERRUPTED, send_lag_s, None, self.streamed, trace_id)
                 on_interrupt(*cut)
             raise
@@ -106,8 +111,18 @@ class StreamClient:
             detail = f"{kind}: {type(exc).__name__}: {exc}"
         except ValueError as exc:  # json.JSONDecodeError
             kind, detail = "bad chunk", f"bad chunk: not JSON ({exc})"
+        start_wall, start = self._sent(start_wall, start)
+        send_lag_s = None if planned is None else max(0.0, start_wall - planned)
         record, walls = _to_record(parser, start_wall, start, kind, send_lag_s, end, self.streamed, trace_id)
         return record, walls, detail
+
+    def _sent(self, start_wall: float, start: float) -> tuple[float, float]:
+        """The request's start moved to when its bytes went out (wall clock, perf_counter), if they did:
+        TTFT, E2E and requests.csv's sent time count from there (loadgen/send_clock.py)."""
+        sent = self.clock.sent_at
+        if sent is None or sent < start:
+            return start_wall, start
+        return start_wall + (sent - start), sent
 
     def _send_and_read(self, body: bytes, parser: SseParser) -> float:
         """Returns when the stream ended ([DONE], or the body's end): E2E stops there."""
