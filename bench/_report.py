@@ -12,7 +12,7 @@ from typing import Any
 RELAY_PROCESS = {
     k: k
     for k in ("gateway", "tenant", "tenant-redis", "traced", "nginx", "vllm-router", "sglang-router", "workers2",
-              "nginx2", "baseline")
+              "nginx2", "baseline", "floor")
 } | {"direct": "upstream"}  # fmt: skip
 RELAYS = [k for k in RELAY_PROCESS if k != "direct"]
 AT_LIMIT = 0.9  # share of one core (per process) from which a process counts as the bottleneck
@@ -25,6 +25,7 @@ TENANTS = {"tenant": "gateway", "tenant-redis": "gateway"}
 TRACED = {"traced": "gateway"}
 HELD_AGAINST = {**TENANTS, **TRACED}  # each target with a verdict, and the target it is held against
 AGAINST_WHAT = {"traced": "the gateway untraced"}
+FLOOR = {"floor": "bench/_relay_floor.py"}  # issue 36: the least a relay in CPython does (a measuring stick)
 GOAL_TTFT_MS = 0.2  # issue 35: what the tenant path may add to TTFT p50 over the unified key
 GOAL_CPU_RATIO = 1.05  # and to the CPU per relayed token
 

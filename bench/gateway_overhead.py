@@ -52,6 +52,9 @@ The traced path (`--peers traced`, issue 41): a gateway with [observability] on,
 of its requests sampled and exported over OTLP/HTTP to a sink the bench starts (bench/_otlp_sink.py,
 its CPU apart), held against the gateway untraced as the tenants are (`traced_vs_gateway`, and a
 verdict line with the same bounds); `--together` drives it beside the gateway too.
+`--peers floor` adds bench/_relay_floor.py (issue 36): the least a completion relay in CPython does
+per request (httptools and uvloop callbacks on both sides, the key checked and the body parsed
+once, nothing else): how low a Python data plane could go, beside the gateway and the routers.
 `--baseline DIR` adds a gateway run from another source tree (a `git worktree` or `git archive`
 of an older commit) as one more target: before and after, side by side.
 
@@ -86,7 +89,7 @@ from bench._peers import (
     nginx_command,
     redis_command,
 )
-from bench._report import TENANTS, TRACED, TWO_WORKERS, report
+from bench._report import FLOOR, TENANTS, TRACED, TWO_WORKERS, report
 from common.commands import zerogap_command
 from common.net import free_port, wait_for_port
 from common.process_group import stop_process
@@ -217,6 +220,12 @@ class Stack:
         self.add("redis", redis_command(redis, self.tmp / "redis", port), port, cwd=self.tmp, target=False)
         return f"redis://127.0.0.1:{port}/0"
 
+    def floor(self, up_port: int) -> None:
+        """bench/_relay_floor.py: the least a completion relay in CPython does per request (issue 36)."""
+        port = free_port()
+        self.add("floor", [sys.executable, "-m", "bench._relay_floor", "--port", str(port), "--upstream-port",
+                           str(up_port), "--key", KEY], port)  # fmt: skip
+
     def nginx(self, nginx: str, up_port: int, name: str = "nginx", num_workers: int = 1) -> None:
         port = free_port()
         self.add(name, nginx_command(nginx, self.tmp / name, port, up_port, num_workers), port)
@@ -248,6 +257,8 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], peers: di
                 stack.gateway("traced", up_port, trace_url=stack.otlp_sink(), ratio=args.trace_ratio)
             if args.baseline:
                 stack.gateway("baseline", up_port, src=Path(args.baseline).resolve())
+            if "floor" in peers and mode != "workers":
+                stack.floor(up_port)
             if "nginx" in peers and mode != "workers":
                 stack.nginx(peers["nginx"], up_port)
             if "nginx2" in peers and mode != "workers":
@@ -296,9 +307,9 @@ def drive(stack: Stack, m: dict[str, float], args: argparse.Namespace) -> list[d
 def choose_peers(args: argparse.Namespace) -> dict[str, str]:
     """The peers of this run, by name: nginx's path, or the name (routers installed on first use)."""
     names = [n for n in args.peers.split(",") if n and n != "none"] if args.peers is not None else list(PEERS)
-    unknown = set(names) - {*PEERS, *TWO_WORKERS, *TENANTS, *TRACED}
+    unknown = set(names) - {*PEERS, *TWO_WORKERS, *TENANTS, *TRACED, *FLOOR}
     if unknown:
-        choices = ", ".join([*PEERS, *TWO_WORKERS, *TENANTS, *TRACED])
+        choices = ", ".join([*PEERS, *TWO_WORKERS, *TENANTS, *TRACED, *FLOOR])
         raise SystemExit(f"--peers: unknown {', '.join(sorted(unknown))}; choose from {choices}")
     if args.no_nginx and "nginx" in names:
         names.remove("nginx")
@@ -316,7 +327,7 @@ def choose_peers(args: argparse.Namespace) -> dict[str, str]:
                 print(f"redis-server is not installed ({REDIS_INSTALL}): tenant-redis left out", file=sys.stderr)
                 continue
             peers[name] = redis
-        elif name in ("workers2", "tenant", "traced"):
+        elif name in ("workers2", "tenant", "traced", "floor"):
             peers[name] = name
     for name in install_routers([n for n in names if n in ROUTERS]):
         peers[name] = name
