@@ -11,13 +11,19 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
+from common.port_claims import claimed_port
+
 HEALTH_TIMEOUT_S = 1.0
 # Replicas are local: never through an http_proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the OS picks it)."""
+    """A port nothing listens on now, claimed below the ephemeral range so that no outgoing connection
+    and no other process picking at the same time gets it (common/port_claims.py); else the OS picks."""
+    claimed = claimed_port(host) if ":" not in host else None
+    if claimed is not None:
+        return claimed
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
