@@ -119,7 +119,14 @@ async def test_sigkill_ends_its_streams_and_the_rest_go_elsewhere(tmp_path, cont
     if continued:  # each stream the kill broke goes on at b, from where it broke: every word once, in order
         assert not broken, [r.raw[-300:] for r in broken]
         assert all(r.words == [f"t{i}" for i in range(40)] for r in seen), [r.words for r in seen]
-        assert metric(text, "zerogap_continuations_total", reason="broken", outcome="continued") == num_on_a
+        # Each continued once; "broken" when the gateway reads the reset first, "ejected" when a later
+        # request's failed connect ejects the backend first (a busy machine's order of events, fresh clone).
+        assert metric(text, "zerogap_continuations_total", outcome="continued") == num_on_a
+        assert (
+            metric(text, "zerogap_continuations_total", reason="broken", outcome="continued")
+            + metric(text, "zerogap_continuations_total", reason="ejected", outcome="continued")
+            == num_on_a
+        )
         assert all(r.finished for r in after)
         return
     assert len(broken) == num_on_a
