@@ -135,7 +135,10 @@ def test_worker_processes_add_up(tmp_path: Path) -> None:
     assert abs(totals["requests_ok"] - len(finished)) <= 4, (totals, len(finished))
     assert abs(totals["output_tokens_ok"] - sum(s.num_tokens_sent for s in finished)) <= 4 * OUTPUT_TOKENS
     assert totals["requests_failed"] == 5 and report["errors"] == {"HTTP 503": 5}
-    check_against_truth(report["steps"][1], upstream_truth(seen, report, report["steps"][1]), 4, tps_tolerance=0.15)
+    # TPS within 25 %: what this test catches is a worker's tokens lost (-50 %) or counted twice (+100 %); a
+    # 3 s window's edges moved +19 % once beside two busy loops (a starved worker reads a burst late), and
+    # test_timing_truth holds the harness's own accuracy to 3 %.
+    check_against_truth(report["steps"][1], upstream_truth(seen, report, report["steps"][1]), 4, tps_tolerance=0.25)
 
 
 def test_fail_fast_over_worker_processes_quotes_the_server(tmp_path: Path) -> None:
