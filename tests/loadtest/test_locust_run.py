@@ -146,9 +146,12 @@ def test_fail_fast_over_worker_processes_quotes_the_server(tmp_path: Path) -> No
     own message still reaches the user (it travels with the workers' records)."""
     behavior = known_timing()
     behavior.fail_status, behavior.num_failures = 404, 10_000
+    # Steps long enough for 20 failures on any machine (fail fast ends the run at the 20th): the 9 s of
+    # the small settings held only 24 requests beside two busy loops, and the run ended undecided.
+    long_steps = {"steps": [2, 4], "warmup_seconds": 1, "step_duration_seconds": 40, "measure_last_seconds": 3}
     with UpstreamServer(behavior) as up:
-        settings = write_settings(tmp_path / "settings.json", up.url, tmp_path / "runs", "lost")
-        result = run_locust(settings, "--processes", "2")
+        settings = write_settings(tmp_path / "settings.json", up.url, tmp_path / "runs", "lost", load_test=long_steps)
+        result = run_locust(settings, "--processes", "2", timeout_s=150)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "the first 20 requests all failed with HTTP 404: " in result.stderr, result.stderr[-3000:]
     assert "failing on purpose with 404" in result.stderr and "Fix: " in result.stderr
