@@ -21,7 +21,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now, claimed below the ephemeral range so that no outgoing connection
     and no other process picking at the same time gets it (common/port_claims.py); else the OS picks."""
-    claimed = claimed_port(host) if ":" not in host else None
+    claimed = claimed_port(host, port_is_free) if ":" not in host else None
     if claimed is not None:
         return claimed
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

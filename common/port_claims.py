@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 CLAIM_S = 120.0  # long enough for the server it was picked for to bind it
@@ -41,9 +41,9 @@ def ephemeral_low() -> int:
         return 32_768
 
 
-def claimed_port(host: str) -> int | None:
-    """A port below the ephemeral range, claimed for this caller and bindable on host now; None when
-    there is no such range here (or no port was found in MAX_TRIES draws)."""
+def claimed_port(host: str, is_free: Callable[[str, int], bool]) -> int | None:
+    """A port below the ephemeral range, claimed for this caller and free on host now (`is_free`:
+    common.net.port_is_free); None when there is no such range here (or none in MAX_TRIES draws)."""
     high = ephemeral_low()
     if high - LOWEST_PORT < MIN_RANGE:
         return None
@@ -51,7 +51,7 @@ def claimed_port(host: str) -> int | None:
     folder.mkdir(parents=True, exist_ok=True)
     for _ in range(MAX_TRIES):
         port = _rng.randrange(LOWEST_PORT, high)
-        if claim(folder / str(port)) and bindable(host, port):
+        if claim(folder / str(port)) and is_free(host, port):
             return port
     return None
 
@@ -73,15 +73,4 @@ def claim(path: Path, now: float | None = None) -> bool:
         return False
     os.close(fd)
     os.utime(path, (now, now))
-    return True
-
-
-def bindable(host: str, port: int) -> bool:
-    """Nothing on host:port stops a server from binding it (SO_REUSEADDR, as servers bind)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
     return True

@@ -57,9 +57,9 @@ def test_two_processes_drawing_the_same_port_get_different_ones(
     processes (two Random(7)s here) hands the second the next port, not the first's."""
     monkeypatch.setenv("ZEROGAP_PORT_CLAIMS", str(tmp_path))
     monkeypatch.setattr(port_claims, "_rng", random.Random(7))
-    first = port_claims.claimed_port("127.0.0.1")
+    first = port_claims.claimed_port("127.0.0.1", port_is_free)
     monkeypatch.setattr(port_claims, "_rng", random.Random(7))
-    second = port_claims.claimed_port("127.0.0.1")
+    second = port_claims.claimed_port("127.0.0.1", port_is_free)
     assert first is not None and second is not None and first != second
     assert (tmp_path / str(first)).exists() and (tmp_path / str(second)).exists()
 
@@ -85,4 +85,4 @@ def test_a_claimed_port_that_cannot_be_bound_is_passed_over(tmp_path: Path, monk
         monkeypatch.setattr(port_claims, "LOWEST_PORT", 1024)
         monkeypatch.setattr(port_claims, "_rng", type("Draws", (), {"randrange": lambda self, a, b: next(draws)})())
         monkeypatch.setattr(port_claims, "ephemeral_low", lambda: 65_000)
-        assert port_claims.claimed_port("127.0.0.1") == free
+        assert port_claims.claimed_port("127.0.0.1", port_is_free) == free
