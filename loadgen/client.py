@@ -99,8 +99,7 @@ class StreamClient:
             kind, detail = exc.kind, str(exc)
         except gevent.GreenletExit:
             if on_interrupt is not None:
-                start_wall, start = self._sent(start_wall, start)
-                send_lag_s = None if planned is None else max(0.0, start_wall - planned)
+                start_wall, start, send_lag_s = self._sent(start_wall, start, planned)
                 cut = _to_record(parser, start_wall, start, INTERRUPTED, send_lag_s, None, self.streamed, trace_id)
                 on_interrupt(*cut)
             raise
@@ -111,18 +110,18 @@ class StreamClient:
             detail = f"{kind}: {type(exc).__name__}: {exc}"
         except ValueError as exc:  # json.JSONDecodeError
             kind, detail = "bad chunk", f"bad chunk: not JSON ({exc})"
-        start_wall, start = self._sent(start_wall, start)
-        send_lag_s = None if planned is None else max(0.0, start_wall - planned)
+        start_wall, start, send_lag_s = self._sent(start_wall, start, planned)
         record, walls = _to_record(parser, start_wall, start, kind, send_lag_s, end, self.streamed, trace_id)
         return record, walls, detail
 
-    def _sent(self, start_wall: float, start: float) -> tuple[float, float]:
+    def _sent(self, start_wall: float, start: float, planned: float | None) -> tuple[float, float, float | None]:
         """The request's start moved to when its bytes went out (wall clock, perf_counter), if they did:
-        TTFT, E2E and requests.csv's sent time count from there (loadgen/send_clock.py)."""
+        TTFT, E2E and requests.csv's sent time count from there (loadgen/send_clock.py); and its lag
+        behind the planned send (open loop; else None)."""
         sent = self.clock.sent_at
-        if sent is None or sent < start:
-            return start_wall, start
-        return start_wall + (sent - start), sent
+        if sent is not None and sent >= start:
+            start_wall, start = start_wall + (sent - start), sent
+        return start_wall, start, None if planned is None else max(0.0, start_wall - planned)
 
     def _send_and_read(self, body: bytes, parser: SseParser) -> float:
         """Returns when the stream ended ([DONE], or the body's end): E2E stops there."""
