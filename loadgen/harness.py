@@ -31,6 +31,7 @@ from loadgen.exporter import Exporter
 from loadgen.failfast import doubled_v1
 from loadgen.locust_options import progress_seconds, quiet_locust_table, quiet_spawn_rate_warning
 from loadgen.locust_stats import fire_locust_events
+from loadgen.loop_lag import probe_loop_lag
 from loadgen.open_files import raise_open_files
 from loadgen.progress import report_progress
 from loadgen.prompt import calibrate, request_body, tokenize_counter, tokenize_urls
@@ -186,6 +187,7 @@ class Harness:
             seed = None if seed is None else seed + os.getpid() * int(self.is_worker)
             run.arrivals = Arrivals(plan, run.start_s, self.user_share, seed) if plan.open_loop else None
             self.spawn(run, lambda: sample_cpu(run, self.process_name, self.exporter))
+            self.spawn(run, lambda: probe_loop_lag(run.recorder, self.process_name))
         if not self.is_worker:
             self.spawn(run, lambda: sample_timeline(run, self.user_count, self.exporter))
             progress_s = progress_seconds(environment.parsed_options)

@@ -112,12 +112,13 @@ MAX_DETAIL_CHARS = 500
 
 @dataclass
 class Recorder:
-    """One process's records, token-arrival buckets and CPU samples."""
+    """One process's records, token-arrival buckets, CPU and event-loop lag samples."""
 
     records: list[RequestRecord] = field(default_factory=list)
     output_buckets: dict[int, float] = field(default_factory=dict)
     prompt_buckets: dict[int, float] = field(default_factory=dict)
     cpu_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    loop_lag_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (wall, lag ms)
     error_details: dict[str, str] = field(default_factory=dict)  # error kind -> the server's first message
 
     def note_error(self, kind: str, detail: str) -> None:
@@ -150,6 +151,19 @@ class Recorder:
                 means.append(sum(inside) / len(inside))
         return max(means) if means else None
 
+    def add_loop_lag(self, process: str, wall: float, lag_ms: float) -> None:
+        self.loop_lag_samples.setdefault(process, []).append((wall, lag_ms))
+
+    def worst_loop_lag_between(self, start: float, end: float) -> Histogram | None:
+        """The event-loop lag in [start, end) of the load-generator process that lagged most (by p90)."""
+        worst: Histogram | None = None
+        for samples in self.loop_lag_samples.values():
+            lags = Histogram()
+            lags.add_many_ms(lag for wall, lag in samples if start <= wall < end)
+            if lags.count and (worst is None or (lags.percentile(90) or 0.0) > (worst.percentile(90) or 0.0)):
+                worst = lags
+        return worst
+
     def drain(self) -> dict[str, Any]:
         """Everything recorded since the last drain, as plain lists for msgpack; then forget it."""
         wire = {
@@ -157,9 +171,11 @@ class Recorder:
             "output": [[key, value] for key, value in self.output_buckets.items()],
             "prompt": [[key, value] for key, value in self.prompt_buckets.items()],
             "cpu": {name: [list(sample) for sample in samples] for name, samples in self.cpu_samples.items()},
+            "loop_lag": {name: [list(sample) for sample in samples] for name, samples in self.loop_lag_samples.items()},
             "details": self.error_details,
         }
         self.records, self.output_buckets, self.prompt_buckets, self.cpu_samples = [], {}, {}, {}
+        self.loop_lag_samples = {}
         self.error_details = {}
         return wire
 
@@ -173,6 +189,8 @@ class Recorder:
             _add(self.prompt_buckets, int(key), float(value))
         for name, samples in wire.get("cpu", {}).items():
             self.cpu_samples.setdefault(name, []).extend((float(t), float(c)) for t, c in samples)
+        for name, samples in (wire.get("loop_lag") or {}).items():
+            self.loop_lag_samples.setdefault(name, []).extend((float(t), float(lag)) for t, lag in samples)
         for kind, detail in (wire.get("details") or {}).items():
             self.note_error(str(kind), str(detail))
         return records

@@ -127,6 +127,9 @@ class Step(_Model):
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     loadgen_cpu_percent: float | None
+    loadgen_loop_lag_ms: Latency | None = Field(
+        None, description="how late the load generator's event loop woke (its busiest process): chunks read this late"
+    )
     client_inflight_mean: float | None = Field(
         None, description="requests the load generator had sent and not yet wholly received (mean over the window)"
     )

@@ -184,6 +184,9 @@ class MetricsSection(_Section):
     exporter_host: str = "127.0.0.1"
     saturation_cpu_percent: float = Field(90.0, gt=0, le=100, description="load-generator CPU that invalidates")
     max_send_lag_ms: float = Field(100.0, gt=0, description="open loop: p90 send lag that invalidates a step")
+    max_loop_lag_ms: float = Field(
+        50.0, gt=0, description="p90 of the load generator's event-loop lag (chunks read late) that invalidates a step"
+    )
 
     @field_validator("backend_metrics_urls")
     @classmethod

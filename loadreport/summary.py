@@ -146,12 +146,22 @@ def _gpu(samples: list[Sample], window: Window) -> dict[str, Any]:
     return {"gpu_util": None, "gpu_util_reason": reasons[-1] if reasons else "no sample in the measured window"}
 
 
-def _saturation(settings: Settings, cpu: float | None, lag: Histogram, open_loop: bool) -> list[str]:
+def _saturation(
+    settings: Settings, cpu: float | None, loop_lag: Histogram | None, lag: Histogram, open_loop: bool
+) -> list[str]:
     """Why the load generator's figures cannot be trusted (empty: they can)."""
     reasons = []
     limit = settings.metrics.saturation_cpu_percent
     if cpu is not None and cpu >= limit:
         reasons.append(f"load generator CPU {cpu:.0f}% >= {limit:.0f}%: add --processes or workers")
+    loop_lag_p90 = None if loop_lag is None else loop_lag.percentile(90)
+    max_loop_lag_ms = settings.metrics.max_loop_lag_ms
+    if loop_lag_p90 is not None and loop_lag_p90 > max_loop_lag_ms:
+        reasons.append(
+            f"load generator event-loop lag p90 {loop_lag_p90:.1f} ms > {max_loop_lag_ms:g} ms: it read chunks late"
+            " (the machine's cores were busy with other work): run it on a machine of its own or with fewer"
+            " processes beside it"
+        )
     lag_p90 = lag.percentile(90)
     if open_loop and lag_p90 is not None and lag_p90 > settings.metrics.max_send_lag_ms:
         reasons.append(f"send lag p90 {lag_p90:.1f} ms > {settings.metrics.max_send_lag_ms:.0f} ms: too few users")
@@ -199,7 +209,8 @@ def _load_generator(
     lag.add_many_ms(r.send_lag_s * 1000 for r in window.ended if r.send_lag_s is not None)
     busiest_cpu = recorder.busiest_cpu_between(window.start, window.end)
     cpu = None if busiest_cpu is None else round(busiest_cpu, 1)
-    reasons = _saturation(settings, cpu, lag, plan.open_loop)
+    loop_lag = recorder.worst_loop_lag_between(window.start, window.end)
+    reasons = _saturation(settings, cpu, loop_lag, lag, plan.open_loop)
     leak = _edge_leak(plan, phase, run_start, window.ended)
     if leak is not None:
         reasons.append(leak)
@@ -207,6 +218,7 @@ def _load_generator(
         "valid": not reasons,
         "invalid_reason": "; ".join(reasons) or None,
         "loadgen_cpu_percent": cpu,
+        "loadgen_loop_lag_ms": None if loop_lag is None else loop_lag.summary(),
         "client_inflight_mean": client_inflight_mean(recorder.records, window.start, window.end),
         "send_lag_ms": lag.summary() if plan.open_loop else None,
     }

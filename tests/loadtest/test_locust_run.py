@@ -122,7 +122,9 @@ def test_worker_processes_add_up(tmp_path: Path) -> None:
     behavior = known_timing()
     behavior.fail_status, behavior.num_failures = 503, 5  # the first 5 requests fail, whichever worker sends them
     with UpstreamServer(behavior) as up:
-        settings = write_settings(tmp_path / "settings.json", up.url, tmp_path / "runs", "procs")
+        settings = write_settings(
+            tmp_path / "settings.json", up.url, tmp_path / "runs", "procs", metrics={"max_loop_lag_ms": 10}
+        )
         result = run_locust(settings, "--processes", "2")
         seen = list(up.requests)
     finished = [s for s in seen if s.finished]
@@ -135,10 +137,17 @@ def test_worker_processes_add_up(tmp_path: Path) -> None:
     assert abs(totals["requests_ok"] - len(finished)) <= 4, (totals, len(finished))
     assert abs(totals["output_tokens_ok"] - sum(s.num_tokens_sent for s in finished)) <= 4 * OUTPUT_TOKENS
     assert totals["requests_failed"] == 5 and report["errors"] == {"HTTP 503": 5}
-    # TPS within 25 %: what this test catches is a worker's tokens lost (-50 %) or counted twice (+100 %); a
-    # 3 s window's edges moved +19 % once beside two busy loops (a starved worker reads a burst late), and
-    # test_timing_truth holds the harness's own accuracy to 3 %.
-    check_against_truth(report["steps"][1], upstream_truth(seen, report, report["steps"][1]), 4, tps_tolerance=0.25)
+    # The figures near the truth in a step the harness calls valid (a worker's tokens lost would be -50 %,
+    # counted twice +100 %). Beside work that starves it (two busy loops), a worker reads bursts late and
+    # a 3 s window's edges move (+35 % once): the harness then marks the step invalid for its event-loop
+    # lag, and that verdict is what is judged.
+    step = report["steps"][1]
+    truth = upstream_truth(seen, report, step)
+    if step["valid"]:
+        check_against_truth(step, truth, 4, tps_tolerance=0.15)
+    else:  # still neither half the tokens nor twice them
+        assert "event-loop lag" in step["invalid_reason"], step
+        assert within(step["output_tps"], truth.output_tps, 0.4), (step["output_tps"], truth)
 
 
 def test_fail_fast_over_worker_processes_quotes_the_server(tmp_path: Path) -> None:
