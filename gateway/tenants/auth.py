@@ -102,6 +102,7 @@ class Authenticator:
         self._version = -1
         self._last_miss_reload_s = 0.0
         self._miss_reload: asyncio.Future[bool] | None = None
+        self._reloading = asyncio.Lock()  # one read of the store at a time: a slower one never undoes a newer
         self.refuse_when_down = settings.on_store_down == "refuse"
         self.store_up = True
         self.throttle = AuthThrottle(settings.auth_failures_limit, settings.auth_failure_window_s)
@@ -114,13 +115,16 @@ class Authenticator:
             metrics.key_store_up.set(1)
 
     async def reload(self) -> bool:
-        """Reload the keys if the store changed. True if reloaded."""
-        version = await self._store.version()
-        if version == self._version:
-            return False
-        records = await self._store.keys()
-        self._by_digest = {r.digest: _principal(r) for r in records if r.revoked_at is None}
-        self._version = version
+        """Reload the keys if the store changed. True if reloaded. One at a time (the periodic
+        refresh and a miss's): two side by side could end out of order, the one that read the
+        store first (without a key just made) replacing what the later one loaded."""
+        async with self._reloading:
+            version = await self._store.version()
+            if version == self._version:
+                return False
+            records = await self._store.keys()
+            self._by_digest = {r.digest: _principal(r) for r in records if r.revoked_at is None}
+            self._version = version
         log.debug("loaded %d active virtual keys (store version %d)", len(self._by_digest), version)
         return True
 
@@ -217,7 +221,8 @@ class Authenticator:
         except UnicodeDecodeError:
             raise unauthorized("Invalid API key.") from None
         principal = self._by_digest.get(digest)
-        if principal is None and may_reload and await self._reload_on_miss():
+        if principal is None and may_reload:  # looked up again whatever the re-read found: the periodic
+            await self._reload_on_miss()  # refresh may have loaded the key while this one read the store
             principal = self._by_digest.get(digest)
         if principal is None:
             raise unauthorized("Invalid API key, or it has been revoked. Ask for a new key.")
