@@ -26,8 +26,8 @@ _DONE = b"data: [DONE]"
 MAX_KEPT_BYTES = 4 << 20  # a stream whose relayed events pass this is not continued (its memory is bounded)
 # fields of a request whose answer a continuation could not reproduce (the whole prompt echoed,
 # output constrained by a grammar from its start)
-_NOT_CONTINUED = ("echo", "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
-                  "guided_grammar", "prompt_logprobs")  # fmt: skip
+_NOT_CONTINUED = frozenset(("echo", "response_format", "structured_outputs", "guided_json", "guided_regex",
+                            "guided_choice", "guided_grammar", "prompt_logprobs"))  # fmt: skip
 
 
 def continuable(call: Call) -> bool:
@@ -36,7 +36,7 @@ def continuable(call: Call) -> bool:
     body = call.body
     if not call.stream or call.choices_per_prompt != 1 or len(call.prompt_estimates) != 1:
         return False
-    if any(body.get(name) not in (None, False) for name in _NOT_CONTINUED):
+    if any(body[name] not in (None, False) for name in _NOT_CONTINUED.intersection(body)):  # (the ones it sent)
         return False
     if chat_call(call):
         messages = body.get("messages")
