@@ -24,6 +24,9 @@ HeadWriter = Callable[[list[tuple[bytes, bytes]], bytes], bool]  # a 200 stream'
 HEAD_FIELDS = ("keep_alive", "default_headers", "access_log", "waiting_for_100_continue")
 # What write() reads of uvicorn's cycle: a uvicorn that no longer has them gets no writer (send as before).
 CYCLE_FIELDS = ("flow", "transport", "disconnected", "chunked_encoding", "response_complete", "response_started")
+# checked against the cycle's own attributes (uvicorn sets each in its __init__) in one set comparison per request
+_CYCLE_KEYS = frozenset(CYCLE_FIELDS)
+_HEAD_KEYS = frozenset((*CYCLE_FIELDS, *HEAD_FIELDS))
 
 
 def httptools_cycle(bound: Any, method: Any) -> Any:
@@ -41,7 +44,7 @@ def chunk_writer(send: Send) -> ChunkWriter | None:
     cycle = httptools_cycle(send, RequestResponseCycle.send)
     if cycle is None:
         return None
-    if not all(hasattr(cycle, name) for name in CYCLE_FIELDS) or not hasattr(cycle.flow, "write_paused"):
+    if not _CYCLE_KEYS <= cycle.__dict__.keys() or not hasattr(cycle.flow, "write_paused"):
         return None
     flow, transport = cycle.flow, cycle.transport
 
@@ -68,7 +71,7 @@ def head_writer(send: Send) -> HeadWriter | None:
     False (then send as before) unless the response has not started, the client is there, the
     socket is not full, and uvicorn writes no access log line for it."""
     cycle = httptools_cycle(send, RequestResponseCycle.send)
-    if cycle is None or not all(hasattr(cycle, name) for name in (*CYCLE_FIELDS, *HEAD_FIELDS)):
+    if cycle is None or not _HEAD_KEYS <= cycle.__dict__.keys():
         return None
     flow, transport = cycle.flow, cycle.transport
 
