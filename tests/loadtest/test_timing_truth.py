@@ -96,9 +96,11 @@ def test_ttft_tpot_and_tps_match_the_upstreams_truth(tmp_path: Path) -> None:
         errors_ms = [r[figure] - r[f"true_{figure}"] for r in requests]
         truth_ms = median(r[f"true_{figure}"] for r in requests)
         assert abs(median(errors_ms)) <= TOLERANCE * truth_ms, (figure, sorted(errors_ms), truth_ms)
-        # the step's p50 is its requests' median (the histogram's 0.1 ms resolution, and its interpolation)
-        ours = median(r[figure] for r in requests)
-        assert abs(step[figure]["p50"] - ours) <= 0.01 * ours, (figure, step[figure], ours)
+        # the step's p50 is its requests' median: between the two middle values (an even count's median is
+        # either, or between), give or take the histogram's 0.1 ms resolution
+        ours = sorted(r[figure] for r in requests)
+        low, high = ours[(len(ours) - 1) // 2], ours[len(ours) // 2]
+        assert low - 0.15 <= step[figure]["p50"] <= high + 0.15, (figure, step[figure], low, high)
 
     truth = upstream_truth(seen, report, step)
     lag = step["loadgen_loop_lag_ms"]
