@@ -118,7 +118,9 @@ class Recorder:
     output_buckets: dict[int, float] = field(default_factory=dict)
     prompt_buckets: dict[int, float] = field(default_factory=dict)
     cpu_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    loop_lag_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (wall, lag ms)
+    # each process's event-loop lags, a histogram per second of the wall clock (one entry a second, as
+    # the CPU samples: a long run's probes, 40 a second, are not kept one by one)
+    loop_lag: dict[str, dict[int, Histogram]] = field(default_factory=dict)
     error_details: dict[str, str] = field(default_factory=dict)  # error kind -> the server's first message
 
     def note_error(self, kind: str, detail: str) -> None:
@@ -152,14 +154,21 @@ class Recorder:
         return max(means) if means else None
 
     def add_loop_lag(self, process: str, wall: float, lag_ms: float) -> None:
-        self.loop_lag_samples.setdefault(process, []).append((wall, lag_ms))
+        seconds = self.loop_lag.setdefault(process, {})
+        second = int(wall)
+        if second not in seconds:
+            seconds[second] = Histogram()
+        seconds[second].add_ms(lag_ms)
 
     def worst_loop_lag_between(self, start: float, end: float) -> Histogram | None:
-        """The event-loop lag in [start, end) of the load-generator process that lagged most (by p90)."""
+        """The event-loop lag in the seconds of [start, end) of the load-generator process that lagged
+        most (by p90)."""
         worst: Histogram | None = None
-        for samples in self.loop_lag_samples.values():
+        for seconds in self.loop_lag.values():
             lags = Histogram()
-            lags.add_many_ms(lag for wall, lag in samples if start <= wall < end)
+            for second, hist in seconds.items():
+                if start <= second < end:
+                    lags.merge(hist)
             if lags.count and (worst is None or (lags.percentile(90) or 0.0) > (worst.percentile(90) or 0.0)):
                 worst = lags
         return worst
@@ -171,11 +180,14 @@ class Recorder:
             "output": [[key, value] for key, value in self.output_buckets.items()],
             "prompt": [[key, value] for key, value in self.prompt_buckets.items()],
             "cpu": {name: [list(sample) for sample in samples] for name, samples in self.cpu_samples.items()},
-            "loop_lag": {name: [list(sample) for sample in samples] for name, samples in self.loop_lag_samples.items()},
+            "loop_lag": {
+                name: [[second, hist.to_wire()] for second, hist in seconds.items()]
+                for name, seconds in self.loop_lag.items()
+            },
             "details": self.error_details,
         }
         self.records, self.output_buckets, self.prompt_buckets, self.cpu_samples = [], {}, {}, {}
-        self.loop_lag_samples = {}
+        self.loop_lag = {}
         self.error_details = {}
         return wire
 
@@ -189,8 +201,10 @@ class Recorder:
             _add(self.prompt_buckets, int(key), float(value))
         for name, samples in wire.get("cpu", {}).items():
             self.cpu_samples.setdefault(name, []).extend((float(t), float(c)) for t, c in samples)
-        for name, samples in (wire.get("loop_lag") or {}).items():
-            self.loop_lag_samples.setdefault(name, []).extend((float(t), float(lag)) for t, lag in samples)
+        for name, seconds in (wire.get("loop_lag") or {}).items():
+            mine = self.loop_lag.setdefault(name, {})
+            for second, hist in seconds:
+                mine.setdefault(int(second), Histogram()).merge(Histogram.from_wire(hist))
         for kind, detail in (wire.get("details") or {}).items():
             self.note_error(str(kind), str(detail))
         return records
