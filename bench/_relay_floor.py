@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import hmac
 import json
+import signal
 from typing import Any
 
 import httptools
@@ -128,10 +129,18 @@ class Relay:
 
 
 async def serve(port: int, upstream_port: int, key: str) -> None:
+    """Until SIGINT or SIGTERM, then a normal exit at once, whatever connections are open (a profiler
+    around it writes its file; asyncio's own SIGINT cancels the task, whose exit then waits)."""
     relay = Relay(upstream_port, key)
-    server = await asyncio.get_running_loop().create_server(lambda: Client(relay), "127.0.0.1", port, backlog=4096)
-    async with server:
-        await server.serve_forever()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Client(relay), "127.0.0.1", port, backlog=4096)
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
 
 
 def main() -> None:

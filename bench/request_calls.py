@@ -120,7 +120,10 @@ def _profile(target: str, num_requests: int, args: argparse.Namespace, workdir: 
             if count and asyncio.run(_drive(port, count, args.concurrency, args.tokens)) != count:
                 raise SystemExit(f"{target}: not every request was answered (its log: {workdir / target}.log)")
         proc.send_signal(signal.SIGINT)
-        proc.wait(60)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"{target} did not end within 60 s of SIGINT: {workdir / target}.log") from None
     deadline = time.monotonic() + 10
     while not out.is_file() and time.monotonic() < deadline:
         time.sleep(0.05)
