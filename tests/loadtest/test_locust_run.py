@@ -139,14 +139,14 @@ def test_worker_processes_add_up(tmp_path: Path) -> None:
     assert totals["requests_failed"] == 5 and report["errors"] == {"HTTP 503": 5}
     # The figures near the truth in a step the harness calls valid (a worker's tokens lost would be -50 %,
     # counted twice +100 %). Beside work that starves it (two busy loops), a worker reads bursts late and
-    # a 3 s window's edges move (+35 % once): the harness then marks the step invalid for its event-loop
-    # lag, and that verdict is what is judged.
+    # a 3 s window's edges move (+35 % once): the harness then marks the step invalid (its event-loop lag,
+    # or requests that took longer than the window's lead), and that verdict is what is judged.
     step = report["steps"][1]
     truth = upstream_truth(seen, report, step)
     if step["valid"]:
         check_against_truth(step, truth, 4, tps_tolerance=0.15)
-    else:  # still neither half the tokens nor twice them
-        assert "event-loop lag" in step["invalid_reason"], step
+    else:  # the harness says why its window is not to be trusted; still neither half the tokens nor twice them
+        assert step["invalid_reason"], step
         assert within(step["output_tps"], truth.output_tps, 0.4), (step["output_tps"], truth)
 
 
