@@ -173,7 +173,7 @@ def test_open_loop_poisson_arrivals_record_send_lag(tmp_path: Path) -> None:
     with UpstreamServer(behavior) as up:
         settings = write_settings(
             tmp_path / "settings.json", up.url, tmp_path / "runs", "open",
-            load_test={"request_rate": 8, "steps": [8, 60], "concurrency": 4, "seed": 7, "warmup_seconds": 1,
+            load_test={"request_rate": 4, "steps": [4, 60], "concurrency": 4, "seed": 7, "warmup_seconds": 1,
                        "step_duration_seconds": 5, "measure_last_seconds": 4},
             workload={"max_output_tokens": 10},
         )  # fmt: skip
@@ -182,10 +182,12 @@ def test_open_loop_poisson_arrivals_record_send_lag(tmp_path: Path) -> None:
     report = read_report(tmp_path / "runs" / "open")
     assert report["run"]["mode"] == "open_loop"
     calm, flood = report["steps"]
-    assert calm["request_rate"] == 8 and calm["users"] == 4
-    assert within(calm["rps"], 8, 0.35), calm["rps"]
+    # 4 req/s of ~0.15 s requests keep ~0.6 of the 4 users busy: a burst that finds none free is rare (at 8 req/s
+    # a fresh clone's slow machine read a send-lag p90 of 113 ms, over the 100 ms that invalidates a step)
+    assert calm["request_rate"] == 4 and calm["users"] == 4
+    assert within(calm["rps"], 4, 0.35), calm["rps"]
     assert calm["send_lag_ms"]["p50"] is not None and calm["send_lag_ms"]["p50"] < 50
-    assert calm["valid"] is True
+    assert calm["valid"] is True, calm["invalid_reason"]
     # 60 req/s cannot be sent by 4 users whose requests take ~0.15 s: the lag grows, the step is invalid
     assert flood["rps"] < 40
     assert flood["send_lag_ms"]["p90"] > 100
