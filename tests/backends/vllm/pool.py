@@ -20,10 +20,10 @@ from typing import IO, Any
 import psutil
 import pytest
 
-from backends.tiny_model import build_tiny_model
 from common.net import wait_http_ok
 from common.process_group import stop_process
 from common.promtext import sum_samples
+from tests.backends.vllm.models import cached_tiny_model
 from tests.fixtures.otlp import OtlpReceiver
 from tests.support import REPO, zerogap_cmd
 
@@ -54,7 +54,9 @@ def write_config(folder: Path, python: str, otlp_url: str = "") -> Path:
     connections of 32 users asking 256 tokens (CI, 2026-12-03); compiled, none.
     With otlp_url the replica exports its request spans there (vLLM's --otlp-traces-endpoint, over
     OTLP/HTTP, in batches 0.2 s apart): the tier's trace test reads them."""
-    build_tiny_model(folder / "models" / "tiny")
+    model = cached_tiny_model()  # at one path, so that vLLM's compile cache serves a machine's next run
+    (folder / "models").mkdir(parents=True, exist_ok=True)
+    (folder / "models" / "tiny").symlink_to(model)  # the tokenizer's files, where the tests read them
     engine_port, gateway_port, kv_port, kv_replay_port = free_ports(4)
     kv_events = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{kv_port}",
                             "replay_endpoint": f"tcp://*:{kv_replay_port}", "topic": KV_TOPIC})  # fmt: skip
@@ -75,7 +77,7 @@ health_interval_s = 0.2
 load_scrape_interval_s = 0.2
 
 [engine]
-model = "models/tiny"
+model = "{model}"
 served_model_name = "{MODEL}"
 base_port = {engine_port}
 python = "{python}"

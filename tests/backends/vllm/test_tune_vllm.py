@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.tiny_model import HEAVY, build_tiny_model
+from backends.tiny_model import HEAVY
 from loadtest import diagnose
+from tests.backends.vllm.models import cached_tiny_model
 from tests.backends.vllm.pool import MODEL, READY_TIMEOUT_S, vllm_interpreter
 from tests.support import REPO, zerogap_cmd
 
@@ -36,11 +37,11 @@ def test_tune_two_vllm_candidates(tmp_path: Path, nothing_beside: None) -> None:
     """A timed comparison: nothing else starts or runs beside it (nothing_beside). When the tier's
     shared replica started beside it, the 16-sequence candidate delivered 0 tokens in its window
     on two fresh clones, and the capped one won."""
-    build_tiny_model(tmp_path / "models" / "tiny", shape=HEAVY)
+    model = cached_tiny_model(HEAVY)
     config = tmp_path / "config.toml"
     config.write_text(
         f"""[engine]
-model = "models/tiny"
+model = "{model}"
 served_model_name = "{MODEL}"
 python = "{vllm_interpreter()}"
 max_model_len = 512
