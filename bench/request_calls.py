@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from common.net import free_port, wait_for_port
+from common.process_group import stop_process
 
 KEY = "sk-bench-calls-0123456789abcdef"
 REPO = Path(__file__).resolve().parent.parent
@@ -93,14 +94,8 @@ def _process(cmd: list[str], cwd: Path, log: Path) -> Iterator[subprocess.Popen[
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # the profiler writes its file as the process ends
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    finally:  # the profiled target has had its SIGINT (_profile); the upstream writes no profile
+        stop_process(proc)
 
 
 def _profile(target: str, num_requests: int, args: argparse.Namespace, workdir: Path) -> pstats.Stats:
