@@ -2,7 +2,8 @@
 
 When the plan's last step ends, each user finishes the request it is streaming and sends no
 other (Locust's stop timeout, set for this stop only: at most DRAIN_MAX_S, and twice the longest
-request so far plus a few seconds), instead of cutting it: a load test that ended is then
+request so far plus a few seconds; or load_test.drain_seconds, where 0 cuts them, as `zerogap
+tune` does: it stops the candidate's pool next), instead of cutting it: a load test that ended is then
 not counted by the gateway as clients that left (its status 499) nor by the engines as aborted
 requests. A request still streaming after that is cut, as before, and the report counts it
 as interrupted. A stop the user asks for (Ctrl-C, the web UI's Stop, a fail-fast stop) cuts at
@@ -25,7 +26,10 @@ DRAIN_SLACK_S = 5.0  # ... plus this (a busy machine stretches the last requests
 
 
 def drain_seconds(run: Run, now: float) -> float:
-    """How long the users may take to finish the requests they are streaming."""
+    """How long the users may take to finish the requests they are streaming: load_test.drain_seconds
+    when it is set (0: none), else the rule above."""
+    if run.settings.load_test.drain_seconds is not None:
+        return run.settings.load_test.drain_seconds
     longest = max((record.end - record.start for record in run.recorder.records), default=0.0)
     oldest = run.oldest_in_flight()
     if oldest is not None:
@@ -57,6 +61,8 @@ class RunEnding:
             self.env.stop_timeout = run.drain_s
             if not run.in_flight:
                 return
+        if not run.drain_s:  # load_test.drain_seconds 0: cut at once (Locust's stop timeout 0)
+            return
         streams = "the workers' requests in flight" if is_master else f"the {len(run.in_flight)} requests in flight"
         print(
             f"zerogap: the last step has ended; {streams} may finish (at most {run.drain_s:.0f} s), "

@@ -89,6 +89,13 @@ class LoadTestSection(_Section):
     )
     trace_speed: float = Field(1.0, gt=0, description="trace: time runs this many times faster (2 = half the gaps)")
     trace_block_tokens: int = Field(512, ge=1, le=1_000_000, description="trace: tokens per hash_ids block")
+    drain_seconds: float | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description="the most the run's end waits for the streams in flight; None: twice the longest request "
+        "+ 5 s, at most 30 s (and the api timeout); 0: cut them at once (counted as interrupted)",
+    )
 
     @field_validator("steps")
     @classmethod

@@ -64,3 +64,26 @@ def test_locust_names_the_request_by_its_openai_route() -> None:
     assert request_name("/api/v1/chat/completions") == "/v1/chat/completions"
     assert request_name("/v1/completions") == "/v1/completions"
     assert request_name("/custom/generate") == "/custom/generate"  # not an OpenAI route: as sent
+
+
+@pytest.mark.slow
+def test_drain_seconds_zero_cuts_the_streams_at_the_end(tmp_path: Path) -> None:
+    """load_test.drain_seconds 0 (as `zerogap tune` sets it: it stops the pool next): the streams
+    in flight when the plan ends are cut at once; the engine sees them aborted and the report
+    counts them as interrupted, not failed."""
+    with run_sim_process("--time-scale", "1", model="cut") as sim:
+        settings = write_settings(
+            tmp_path / "s.json", sim.url, tmp_path / "runs", "cut",
+            load_test={"steps": [8], "warmup_seconds": 1, "step_duration_seconds": 2, "measure_last_seconds": 1,
+                       "drain_seconds": 0},
+            workload={"model": sim.model, "input_tokens": 16, "max_output_tokens": 400, "ignore_eos": True},
+        )  # fmt: skip
+        cmd = locust_cmd(settings)
+        result = subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        aborted = _aborted(sim.url)
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said[-3000:]
+    assert "may finish (at most" not in said, said[-3000:]
+    report = read_report(tmp_path / "runs" / "cut")
+    assert report["run"]["interrupted_requests"] >= 1, report["run"]
+    assert aborted >= 1, said[-3000:]

@@ -36,6 +36,7 @@ def harness_settings(pool: CandidatePool, trial: Trial, candidate: Candidate, ou
             "steps": list(trial.steps),
             "step_duration_seconds": trial.step_s,
             "measure_last_seconds": trial.measure_s,
+            "drain_seconds": 0,  # the pool stops next: its streams need not end (up to 30 s a candidate)
         },
         "workload": {
             "model": candidate.config.engine.client_model_name() or "model",
