@@ -10,6 +10,10 @@
   answering 8 and 15 of 24 scrapes: streaming 32 x 256 tokens held the tiny model's API server
   more than its engine. 8 users and non-streamed answers read frontend too.)
 
+A step the harness marks invalid because it was starved itself (its CPU, its event loop woken late)
+is judged by that reason and by the engine's own gauges, not by its diagnosis, which then rightly
+names the load generator (beside two busy loops: loop lag p90 371 ms, 2026-12-07).
+
 Both runs send to the replica itself. (The short run went through the tier's gateway until
 2026-12-03: beside two busy loops the load generator had 30.6 requests in flight and the gateway's
 gauge 14.2, the engine 3.0, so the diagnosis named the gateway, the third process starved of CPU, and
@@ -31,6 +35,7 @@ from tests.loadtest.helpers import check_few_failed, read_report, run_locust, wr
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 USERS = 32
+STARVED = "load generator "  # how the harness's reasons begin when it could not keep up (summary.py)
 
 
 def at_engine(step: dict[str, Any]) -> float:
@@ -70,14 +75,26 @@ def run(
         f"{name}: the harness read no vLLM running/waiting gauge in the step ({engine}); it said: {said}"
     )
     print(f"{name}: {at_engine(step):.0%} of {USERS} users' requests at the engine, {engine}; {entry['limit']}")
-    assert step["valid"], step
     return step, entry
+
+
+def judged(step: dict[str, Any]) -> bool:
+    """Whether the step's diagnosis is the run's to judge: a valid step; or False for one the harness
+    marked invalid because it was itself starved (its own CPU, its event loop woken late: beside two
+    busy loops, vLLM's API server and engine, its loop lag p90 read 371 ms and the diagnosis rightly
+    named the load generator). Any other reason fails. The engine's own gauges are judged either way."""
+    if step["valid"]:
+        return True
+    reasons = step["invalid_reason"] or ""
+    assert any(r.strip().startswith(STARVED) for r in reasons.split(";")), step
+    return False
 
 
 def test_short_answers_are_held_by_the_api_server_long_ones_by_the_engine(vllm_pool: Pool, tmp_path: Path) -> None:
     short, held = run(vllm_pool, tmp_path, "short", output_tokens=4)
-    assert held["limit"] == "frontend", held
-    assert "in the engines' own API servers" in held["evidence"] and "api_server_count" in held["advice"]
+    if judged(short):
+        assert held["limit"] == "frontend", held
+        assert "in the engines' own API servers" in held["evidence"] and "api_server_count" in held["advice"]
     engine = short["backend"]
     # the load generator had most users' requests in flight, and the engine few of them
     sent = short["client_inflight_mean"]
@@ -85,7 +102,8 @@ def test_short_answers_are_held_by_the_api_server_long_ones_by_the_engine(vllm_p
     assert at_engine(short) < 0.4 and engine["waiting_mean"] < 1.0, engine
 
     long, passed = run(vllm_pool, tmp_path, "long", output_tokens=64, input_tokens=2000)
-    assert passed["limit"] != "frontend", passed
+    if judged(long):
+        assert passed["limit"] != "frontend", passed
     engine = long["backend"]
     # most of them (85% quiet; with 256-token answers of short prompts, 50% from 2 scrapes beside two
     # busy loops: 0 and 32 running), against 1-20% in the short run: the engine held a larger share
