@@ -83,7 +83,7 @@ def write_run(
     write_csv(blank_uncollected(settings, build_rows(samples, recorder, plan, run_start)), run_dir / "timeline.csv")
     (run_dir / "settings.json").write_text(settings.model_dump_json(indent=2), encoding="utf-8")
     write_requests(run_dir / "requests.csv", recorder.records, run_start, planned_lengths)
-    return render_run(run_dir)
+    return render_run(run_dir, settings.output.plots)
 
 
 def _totals(recorder: Recorder) -> dict[str, int]:
@@ -123,13 +123,18 @@ def read_report(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return report, rows
 
 
-def render_run(run_dir: Path) -> Path:
+def render_run(run_dir: Path, plots: bool = True) -> Path:
+    """report.html, and its PNGs unless plots is False (output.plots: matplotlib's import and the two
+    plots are ~3 s of CPU on a small machine; `zerogap report RUN_DIR` draws them later)."""
     report, rows = read_report(run_dir)
-    images = [plot_vs_load(report, run_dir / "vs_load.png").name] if report["steps"] else []  # no empty plots
-    if rows:
+    images = []
+    if plots and report["steps"]:  # no empty plots
+        images.append(plot_vs_load(report, run_dir / "vs_load.png").name)
+    if plots and rows:
         images.append(plot_timeline(report, rows, run_dir / "timeline.png").name)
     out = run_dir / "report.html"
-    out.write_text(page(f"zerogap load test {report['run'].get('name', run_dir.name)}", report, images), "utf-8")
+    title = f"zerogap load test {report['run'].get('name', run_dir.name)}"
+    out.write_text(page(title, report, images, plots_off=not plots), "utf-8")
     return out
 
 
@@ -247,7 +252,7 @@ def notes(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def page(title: str, report: dict[str, Any], images: list[str]) -> str:
+def page(title: str, report: dict[str, Any], images: list[str], plots_off: bool = False) -> str:
     body = [f"<h1>{html.escape(title)}</h1>", run_header(report)]
     body += [f"<p>{html.escape(text)}</p>" for text in notes(report)]
     if report["steps"]:
@@ -255,6 +260,11 @@ def page(title: str, report: dict[str, Any], images: list[str]) -> str:
         body.append("<h2>Why TPS stops growing</h2>")
         body.append(diagnosis_table(report))
     body += [image_html(name, name) for name in images]
+    if plots_off:
+        body.append(
+            "<p class=note>No plots: this run's settings have output.plots false. "
+            "<code>zerogap report RUN_DIR</code> draws them from this folder.</p>"
+        )
     body.append(
         "<p class=note>Latencies in ms at 0.1 ms resolution, over each step's measured window. "
         f"{html.escape(ITL_MEANING)}.</p>"

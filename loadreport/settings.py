@@ -209,6 +209,7 @@ class SloSection(_Section):
 class OutputSection(_Section):
     dir: str = "runs"
     run_name: str = Field("", description='the run folder\'s name; "" = UTC timestamp')
+    plots: bool = Field(True, description="draw the PNGs of report.html (zerogap report RUN_DIR draws them later)")
 
 
 class Settings(_Section):

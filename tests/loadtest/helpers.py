@@ -21,13 +21,15 @@ LOCUST = str(Path(sys.executable).with_name("locust"))
 
 
 def write_settings(path: Path, base_url: str, out_dir: Path, run_name: str, **sections: dict[str, Any]) -> Path:
-    """A small settings.json: tiny steps, no exporter, no key unless a section says so."""
+    """A small settings.json: tiny steps, no exporter, no key unless a section says so, and no PNGs
+    (output.plots: matplotlib's import and two plots are ~3 s of CPU a run, and few of the runs here
+    look at them; tests/loadtest/test_report.py draws them)."""
     settings: dict[str, Any] = {
         "api": {"base_url": base_url, "api_key_env": ""},
         "load_test": {"steps": [2, 4], "warmup_seconds": 1, "step_duration_seconds": 4, "measure_last_seconds": 3},
         "workload": {"model": "test-model", "input_tokens": 20, "max_output_tokens": 20},
         "metrics": {"sample_interval_ms": 250, "exporter_port": 0},
-        "output": {"dir": str(out_dir), "run_name": run_name},
+        "output": {"dir": str(out_dir), "run_name": run_name, "plots": False},
     }
     for name, values in sections.items():
         settings[name] = {**settings.get(name, {}), **values}

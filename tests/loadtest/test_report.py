@@ -28,12 +28,13 @@ PNG = b"\x89PNG\r\n\x1a\n"
 START = 1_000_000.0
 
 
-def synthetic_run(run_dir: Path, busy: float, interval_ms: float) -> Path:
+def synthetic_run(run_dir: Path, busy: float, interval_ms: float, plots: bool = True) -> Path:
     """Steps of 2 and 4 users, 10 s each, measured over the last 5 s; each user streams
     10 tokens per request: TTFT 100 ms, then one token per 20 ms (E2E 280 ms)."""
     settings = parse_settings(
         '{"load_test": {"steps": [2, 4], "warmup_seconds": 0, "step_duration_seconds": 10, '
-        '"measure_last_seconds": 5}, "metrics": {"backend_metrics_urls": ["http://127.0.0.1:1/metrics"]}}'
+        '"measure_last_seconds": 5}, "metrics": {"backend_metrics_urls": ["http://127.0.0.1:1/metrics"]}, '
+        f'"output": {{"plots": {json.dumps(plots)}}}}}'
     )
     plan = LoadSchedule.from_settings(settings.load_test)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -78,6 +79,16 @@ def test_report_json_has_the_contract_fields_and_the_right_figures(tmp_path: Pat
         end = HEADER.index(column) + len(column)
         assert row[end - 6 : end].strip() == value, (column, row)
     assert "the GPU's idle time between two forwards" in table(report)
+
+
+def test_output_plots_false_draws_none_and_zerogap_report_draws_them_later(tmp_path: Path) -> None:
+    page = synthetic_run(tmp_path, busy=0.6, interval_ms=12.0, plots=False).read_text()
+    assert not list(tmp_path.glob("*.png")) and "<img" not in page
+    assert "output.plots false" in page and "zerogap report RUN_DIR" in page
+    assert "<table class=steps" in page  # the rest of the report is all there
+    redrawn = render_run(tmp_path).read_text()  # what `zerogap report RUN_DIR` does
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["timeline.png", "vs_load.png"]
+    assert 'src="vs_load.png"' in redrawn and "output.plots false" not in redrawn
 
 
 def test_saturated_load_generator_invalidates_the_step(tmp_path: Path) -> None:
