@@ -15,7 +15,7 @@ import pytest
 from backends.sim.testing import run_sim_process
 from common.promtext import sum_samples
 from loadgen.locust_stats import request_name
-from tests.loadtest.helpers import locust_cmd, read_report, write_settings
+from tests.loadtest.helpers import locust_cmd, read_report, run_locust, write_settings
 from tests.support import REPO
 
 ABORTED = ("vllm:request_success_total", {"finished_reason": "abort"})
@@ -78,8 +78,7 @@ def test_drain_seconds_zero_cuts_the_streams_at_the_end(tmp_path: Path) -> None:
                        "drain_seconds": 0},
             workload={"model": sim.model, "input_tokens": 16, "max_output_tokens": 400, "ignore_eos": True},
         )  # fmt: skip
-        cmd = locust_cmd(settings)
-        result = subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        result = run_locust(settings, timeout_s=120)
         aborted = _aborted(sim.url)
     said = result.stdout + result.stderr
     assert result.returncode == 0, said[-3000:]
